@@ -1,0 +1,19 @@
+"""sparsecc: a sparse tensor compiler for Python.
+
+Tensor expressions (einsum or index notation) over SciPy sparse and NumPy operands are
+lowered to MLIR's ``sparse_tensor`` dialect, compiled through LLVM to native code and run on
+the operands' own buffers.  ``import sparsecc`` imports no MLIR; that happens in a worker
+process at the first compile.
+"""
+
+__version__ = "0.1.0"
+
+from .api import cache_info, compile, einsum, evaluate
+from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseError, ShapeError,
+                     SparseccError)
+from .formats import Format
+from .options import Options
+
+__all__ = ["einsum", "evaluate", "compile", "cache_info", "Format", "Options", "SparseccError",
+           "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
+           "__version__"]

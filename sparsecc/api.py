@@ -1,0 +1,91 @@
+"""The user-facing calls: ``einsum``, ``evaluate``, ``compile``, ``cache_info``."""
+
+from __future__ import annotations
+
+from .errors import FormatError, OperandError, SparseccError
+from .options import DEFAULT, Options
+from .parse import looks_like_notation, parse_einsum, parse_notation
+from .runtime.kernel import STATS, Kernel, Stats
+
+_kernels: dict = {}
+
+
+def _einsum_arity(subscripts: str) -> int:
+    return subscripts.split("->")[0].count(",") + 1
+
+
+def _kernel(expr: str, positional: tuple, named: dict, options: Options | None) -> Kernel:
+    options = options or DEFAULT
+    if not isinstance(options, Options):
+        raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
+    try:
+        key = (expr, positional, tuple(sorted(named.items())), options)
+        k = _kernels.get(key)
+    except TypeError:           # unhashable format objects: no memo
+        key, k = None, None
+    if k is not None:
+        return k
+    if not isinstance(expr, str):
+        raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
+    if looks_like_notation(expr):
+        stmt = parse_notation(expr)
+        if len(positional) > len(stmt.operands):
+            raise OperandError(f"'{expr}' has {len(stmt.operands)} operand(s) but {len(positional)} formats were given")
+        formats = dict(zip(stmt.operands, positional))
+        for name, f in named.items():
+            if name not in stmt.operands:
+                raise FormatError(f"format given for {name!r}, which is not an operand of '{expr}' "
+                                  f"(operands: {', '.join(stmt.operands)})")
+            formats[name] = f
+    else:
+        if named:
+            raise FormatError(f"einsum kernels take formats by position, got keyword(s) {', '.join(named)}")
+        n = _einsum_arity(expr)
+        stmt = parse_einsum(expr, n)
+        if positional and len(positional) != n:
+            raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
+        formats = dict(zip(stmt.operands, positional))
+    k = Kernel(stmt, formats, options, source=expr)
+    if key is not None:
+        _kernels[key] = k
+    return k
+
+
+def compile(expr: str, *formats, options: Options | None = None, **named_formats) -> Kernel:  # noqa: A001
+    """A reusable kernel.
+
+    ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
+    ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
+    An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
+    """
+    return _kernel(expr, tuple(formats), named_formats, options)
+
+
+def einsum(subscripts: str, *operands, formats=None, options: Options | None = None):
+    """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
+
+    ``formats``: one format per operand (``None`` entries keep the operand's own).
+    """
+    if looks_like_notation(subscripts) if isinstance(subscripts, str) else False:
+        raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
+    n = _einsum_arity(subscripts) if isinstance(subscripts, str) else 0
+    if formats is not None:
+        formats = tuple(formats)
+        if len(formats) != len(operands):
+            raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
+    elif isinstance(subscripts, str) and n != len(operands):
+        parse_einsum(subscripts, len(operands))   # raises the operand-count error
+    return _kernel(subscripts, formats or (), {}, options)(*operands)
+
+
+def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None, **operands):
+    """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``."""
+    if not (isinstance(statement, str) and looks_like_notation(statement)):
+        raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
+    return _kernel(statement, (), dict(formats or {}), options)(**operands)
+
+
+def cache_info() -> Stats:
+    """Counters: ``hits`` (calls served by a loaded kernel), ``disk_hits`` (kernels found
+    on disk), ``misses`` (compilations)."""
+    return Stats(STATS.hits, STATS.disk_hits, STATS.misses)

@@ -1,0 +1,362 @@
+"""Emit one MLIR function for a statement.
+
+The function (``@kernel``) takes, in order: one ``index`` per index variable (its size), one
+tensor per operand (sparse operands carry their ``#sparse_tensor.encoding``; all dimensions
+are dynamic, so one compile serves every shape), and the dense output as a memref, which the
+kernel writes in place (``bufferization.materialize_in_destination``).  It returns nothing:
+a returned buffer would be cloned by the deallocation pipeline.
+
+Each reduction that is not the whole right-hand side becomes a ``linalg.generic`` of its own
+that fills a dense temporary; the rest of the statement is one more ``linalg.generic``.
+Math functions inside a loop over a sparse operand are ``sparse_tensor.unary`` ops, whose
+``absent`` region gives ``f(0)`` where ``f(0) != 0`` (so ``exp`` of an unstored entry is 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import DTypeError
+from ..expr import (Access, Binary, Const, Expr, Reduce, Statement, Unary, accesses, children,
+                    free_indices, infer_dtypes)
+from ..formats import Format
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """What the runtime needs to call the function: the argument order."""
+
+    index_order: tuple[str, ...]          # one index argument per name, in order
+    operands: tuple[str, ...]             # operand names, in order
+    out_rank: int
+    out_dtype: str
+
+
+_FLOAT_FN = {"abs": "math.absf", "sqrt": "math.sqrt", "exp": "math.exp", "log": "math.log",
+             "sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "tanh": "math.tanh",
+             "sinh": "math.sinh", "asin": "math.asin", "atan": "math.atan", "expm1": "math.expm1",
+             "log1p": "math.log1p", "ceil": "math.ceil", "floor": "math.floor"}
+_COMPLEX_FN = {"abs": "complex.abs", "sqrt": "complex.sqrt", "exp": "complex.exp", "log": "complex.log",
+               "sin": "complex.sin", "cos": "complex.cos", "tan": "complex.tan", "tanh": "complex.tanh",
+               "expm1": "complex.expm1", "log1p": "complex.log1p"}
+_ARITH = {  # op -> kind -> MLIR op
+    "+": {"float": "arith.addf", "int": "arith.addi", "complex": "complex.add", "bool": "arith.ori"},
+    "-": {"float": "arith.subf", "int": "arith.subi", "complex": "complex.sub"},
+    "*": {"float": "arith.mulf", "int": "arith.muli", "complex": "complex.mul", "bool": "arith.andi"},
+    "/": {"float": "arith.divf", "complex": "complex.div"},
+}
+
+
+def _row(np_dtype) -> dt.DType:
+    return dt.lookup(np_dtype, "an intermediate value")
+
+
+def _const_text(value, row: dt.DType) -> tuple[str, str]:
+    """(op text, type) of a constant of dtype ``row`` (bools are i8 in storage and bodies)."""
+    if row.kind == "bool":
+        return f"arith.constant {int(bool(value))} : i8", "i8"
+    if row.kind == "int":
+        return f"arith.constant {int(value.real if isinstance(value, complex) else value)} : {row.mlir}", row.mlir
+    if row.kind == "float":
+        v = float(value.real if isinstance(value, complex) else value)
+        return f"arith.constant {_float_lit(v)} : {row.mlir}", row.mlir
+    c = complex(value)
+    part = row.mlir[8:-1]
+    return f"complex.constant [{_float_lit(c.real)} : {part}, {_float_lit(c.imag)} : {part}] : {row.mlir}", row.mlir
+
+
+def _float_lit(v: float) -> str:
+    if np.isnan(v):
+        return "0x7FF8000000000000"
+    if np.isinf(v):
+        return "0x7FF0000000000000" if v > 0 else "0xFFF0000000000000"
+    return repr(float(v))
+
+
+def _body_type(row: dt.DType) -> str:
+    return "i8" if row.kind == "bool" else row.mlir
+
+
+class _Body:
+    """SSA lines of one ``linalg.generic`` body."""
+
+    def __init__(self, node_dtypes, sparse_loop: bool):
+        self.lines: list[str] = []
+        self.n = 0
+        self.node_dtypes = node_dtypes
+        self.sparse_loop = sparse_loop
+        self.args: dict[Access, str] = {}
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"%v{self.n}"
+
+    def emit(self, text: str) -> str:
+        v = self.fresh()
+        self.lines.append(f"{v} = {text}")
+        return v
+
+    # ----------------------------------------------------------------- casts
+    def cast(self, v: str, src: dt.DType, dst: dt.DType) -> str:
+        if src.name == dst.name:
+            return v
+        s, d = src.kind, dst.kind
+        if d == "complex":
+            part = dst.mlir[8:-1]
+            re_ = self.cast(v, src, dt.TABLE["float32" if part == "f32" else "float64"]) if s != "complex" else None
+            if s == "complex":   # complex64 -> complex128
+                sp = src.mlir[8:-1]
+                r = self.emit(f"complex.re {v} : {src.mlir}")
+                i = self.emit(f"complex.im {v} : {src.mlir}")
+                r = self.emit(f"arith.extf {r} : {sp} to {part}")
+                i = self.emit(f"arith.extf {i} : {sp} to {part}")
+                return self.emit(f"complex.create {r}, {i} : {dst.mlir}")
+            zero = self.emit(f"arith.constant 0.0 : {part}")
+            return self.emit(f"complex.create {re_}, {zero} : {dst.mlir}")
+        if s == "complex":
+            raise DTypeError(f"cannot convert {src.name} to {dst.name}")
+        st, dty = _body_type(src), _body_type(dst)
+        if d == "float":
+            if s == "float":
+                op = "arith.extf" if dst.mlir == "f64" else "arith.truncf"
+                return self.emit(f"{op} {v} : {st} to {dty}")
+            op = "arith.uitofp" if s == "bool" else "arith.sitofp"
+            return self.emit(f"{op} {v} : {st} to {dty}")
+        if d == "int":
+            if s == "bool":
+                return self.emit(f"arith.extui {v} : i8 to {dty}")
+            if s == "int":
+                op = "arith.extsi" if int(dty[1:]) > int(st[1:]) else "arith.trunci"
+                return self.emit(f"{op} {v} : {st} to {dty}")
+        raise DTypeError(f"cannot convert {src.name} to {dst.name}")
+
+    # ------------------------------------------------------------ expressions
+    def value(self, e: Expr, want: dt.DType | None = None) -> str:
+        row = _row(self.node_dtypes[e])
+        if isinstance(e, Const):
+            target = want or row
+            text, _ = _const_text(e.value, target)
+            return self.emit(text)
+        if isinstance(e, Access):
+            v = self.args[e]
+        elif isinstance(e, Binary):
+            kind = row.kind
+            # numpy computes a binary op in its result dtype; constants adopt it directly
+            a = self.value(e.left, row)
+            b = self.value(e.right, row)
+            ops = _ARITH[e.op]
+            if kind not in ops:
+                raise DTypeError(f"'{e.op}' on {row.name} is not supported")
+            v = self.emit(f"{ops[kind]} {a}, {b} : {_body_type(row)}")
+        elif isinstance(e, Unary):
+            v = self.unary(e, row)
+        else:
+            raise AssertionError(f"unexpected node {e}")
+        return self.cast(v, row, want) if want is not None else v
+
+    def unary(self, e: Unary, row: dt.DType) -> str:
+        arg_row = _row(self.node_dtypes[e.arg])
+        if e.fn == "abs" and arg_row.kind == "complex":
+            in_row = arg_row
+        elif e.fn in ("abs", "neg") and row.kind in ("int", "bool"):
+            in_row = row
+        else:
+            in_row = row
+        x = self.value(e.arg, in_row)
+        if e.fn == "abs" and row.kind == "bool":
+            return x
+        tin, tout = _body_type(in_row), _body_type(row)
+
+        def apply(x: str, emit) -> str:
+            if e.fn == "neg":
+                if row.kind == "float":
+                    return emit(f"arith.negf {x} : {tout}")
+                if row.kind == "complex":
+                    return emit(f"complex.neg {x} : {tout}")
+                zero = emit(f"arith.constant 0 : {tout}")
+                return emit(f"arith.subi {zero}, {x} : {tout}")
+            if row.kind == "int" and e.fn == "abs":
+                return emit(f"math.absi {x} : {tout}")
+            if in_row.kind == "complex":
+                if e.fn not in _COMPLEX_FN:
+                    raise DTypeError(f"{e.fn} of a complex value is not supported")
+                if e.fn == "abs":
+                    return emit(f"complex.abs {x} : {tin}")
+                return emit(f"{_COMPLEX_FN[e.fn]} {x} : {tin}")
+            if row.kind != "float":
+                raise DTypeError(f"{e.fn} of {in_row.name} is not supported")
+            return emit(f"{_FLOAT_FN[e.fn]} {x} : {tout}")
+
+        if not self.sparse_loop:
+            return apply(x, self.emit)
+        # Inside a loop over a sparse operand: f(x) where x is stored, f(0) where it is not.
+        with np.errstate(all="ignore"):
+            f0 = UNARY_NP[e.fn](np.zeros((), in_row.numpy))
+        outer, self.lines = self.lines, []
+        self.lines.append(f"^bb0(%p{self.n + 1}: {tin}):")
+        self.n += 1
+        y = apply(f"%p{self.n}", self.emit)
+        present = self.lines + [f"sparse_tensor.yield {y} : {tout}"]
+        absent: list[str] = []
+        if f0 != 0:
+            self.lines = []
+            c = self.emit(_const_text(f0.item(), row)[0])
+            absent = self.lines + [f"sparse_tensor.yield {c} : {tout}"]
+        self.lines = outer
+        v = self.fresh()
+        ind = "\n        "
+        self.lines.append(
+            f"{v} = sparse_tensor.unary {x} : {tin} to {tout}{ind}present={{{ind}  "
+            + f"{ind}  ".join(present) + f"{ind}}}{ind}absent={{" +
+            (f"{ind}  " + f"{ind}  ".join(absent) + f"{ind}" if absent else "") + "}")
+        return v
+
+
+from ..expr import UNARY as UNARY_NP  # noqa: E402  (numpy meaning of each function)
+
+
+def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
+    shape = "x".join(["?"] * rank)
+    t = f"{shape}x{row.storage}" if rank else row.storage
+    return f"tensor<{t}, {enc}>" if enc else f"tensor<{t}>"
+
+
+def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, str],
+                name: str = "kernel") -> tuple[str, KernelSignature]:
+    """MLIR text of the kernel and the signature the runtime calls it with.
+
+    ``formats`` holds a resolved Format (index widths set) per operand; ``dtypes`` a numpy
+    dtype name per operand.
+    """
+    node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
+    out_row = _row(node_dtypes[stmt.expr])
+    encs: dict[str, str] = {}
+    aliases: list[str] = []
+    for k, opname in enumerate(stmt.operands):
+        f = formats[opname]
+        if not f.is_dense:
+            alias = f"#enc{k}"
+            aliases.append(f"{alias} = {f.encoding()}")
+            encs[opname] = alias
+    ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
+    index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+
+    types = {opname: _tensor_type(ranks[opname], dt.lookup(dtypes[opname]), encs.get(opname))
+             for opname in stmt.operands}
+    ssa = {opname: f"%arg{k}" for k, opname in enumerate(stmt.operands)}
+    out_type = _tensor_type(len(stmt.indices), out_row, None)
+    params = [f"%size_{i}: index" for i in index_order]
+    params += [f"{ssa[o]}: {types[o]}" for o in stmt.operands]
+    out_memref = "memref" + out_type[len("tensor"):]
+    params.append(f"%out_m: {out_memref}")
+
+    fn = _Function(node_dtypes, encs, types, ssa)
+    fn.lines.append(f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
+    expr = fn.materialize_inner_reductions(stmt.expr)
+    if isinstance(expr, Reduce):
+        res = fn.generic("%out", out_type, stmt.indices, expr.indices, expr.body, fn.node_dtypes[expr])
+    else:
+        res = fn.generic("%out", out_type, stmt.indices, (), expr, fn.node_dtypes[expr])
+    body = "\n".join("    " + l for l in fn.lines)
+    text = "\n".join(aliases) + f"""
+module {{
+  func.func @{name}({', '.join(params)}) attributes {{ llvm.emit_c_interface }} {{
+{body}
+    bufferization.materialize_in_destination {res} in restrict writable %out_m : ({out_type}, {out_memref}) -> ()
+    return
+  }}
+}}
+"""
+    sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out_row.name)
+    return text, sig
+
+
+class _Function:
+    def __init__(self, node_dtypes, encs, types, ssa):
+        self.node_dtypes = dict(node_dtypes)
+        self.encs = encs
+        self.types = dict(types)
+        self.ssa = dict(ssa)
+        self.lines: list[str] = []
+        self.n = 0
+
+    def fresh(self, stem: str) -> str:
+        self.n += 1
+        return f"%{stem}{self.n}"
+
+    def materialize_inner_reductions(self, e: Expr) -> Expr:
+        """Replace every reduction below the root by a dense temporary, innermost first."""
+        def visit(node: Expr, root: bool) -> Expr:
+            if isinstance(node, (Access, Const)):
+                return node
+            if isinstance(node, Unary):
+                new = Unary(node.fn, visit(node.arg, False))
+            elif isinstance(node, Binary):
+                new = Binary(node.op, visit(node.left, False), visit(node.right, False))
+            else:
+                new = Reduce(node.op, node.indices, visit(node.body, False))
+            self._retype(node, new)
+            if isinstance(new, Reduce) and not root:
+                return self.temporary(new)
+            return new
+        return visit(e, True)
+
+    def _retype(self, old: Expr, new: Expr):
+        self.node_dtypes[new] = self.node_dtypes[old]
+
+    def temporary(self, r: Reduce) -> Access:
+        free = free_indices(r)
+        row = _row(self.node_dtypes[r])
+        name = self.fresh("tmp")
+        ttype = _tensor_type(len(free), row, None)
+        sizes = ", ".join(f"%size_{i}" for i in free)
+        self.lines.append(f"{name}_e = tensor.empty({sizes}) : {ttype}")
+        res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r])
+        acc = Access(name, free)
+        self.ssa[name] = res
+        self.types[name] = ttype
+        self.node_dtypes[acc] = self.node_dtypes[r]
+        return acc
+
+    def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np) -> str:
+        row = _row(out_np)
+        dims = list(out_idx) + [i for i in red_idx if i not in out_idx]
+        d = {i: f"d{k}" for k, i in enumerate(dims)}
+        domain = f"({', '.join(d[i] for i in dims)})"
+        zero_text, zt = _const_text(0, row)
+        z = self.fresh("zero")
+        self.lines.append(f"{z} = {zero_text}")
+        filled = self.fresh("init")
+        self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
+        ins = list(dict.fromkeys(a for a in accesses(body_expr)))
+        sparse_loop = any(a.tensor in self.encs for a in ins)
+        maps, in_vals, in_types = [], [], []
+        for a in ins:
+            maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in a.indices)})>")
+            in_vals.append(self.ssa[a.tensor])
+            in_types.append(self.types[a.tensor])
+        maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in out_idx)})>")
+        iters = ", ".join('"parallel"' if i in out_idx else '"reduction"' for i in dims)
+        body = _Body(self.node_dtypes, sparse_loop)
+        bargs = []
+        for k, a in enumerate(ins):
+            arow = _row(self.node_dtypes[a])
+            body.args[a] = f"%in{k}"
+            bargs.append(f"%in{k}: {_body_type(arow)}")
+        bargs.append(f"%acc: {_body_type(row)}")
+        v = body.value(body_expr, row)
+        if red_idx:
+            op = _ARITH["+"][row.kind]
+            v = body.emit(f"{op} %acc, {v} : {_body_type(row)}")
+        res = self.fresh("res")
+        ind = "\n      "
+        ins_text = f"ins({', '.join(in_vals)} : {', '.join(in_types)}) " if ins else ""
+        self.lines.append(
+            f"{res} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{iters}]}}"
+            f"{ind}{ins_text}outs({filled} : {init_type}) {{"
+            f"{ind}^bb0({', '.join(bargs)}):{ind}  " + f"{ind}  ".join(body.lines + [f"linalg.yield {v} : {_body_type(row)}"])
+            + f"{ind}}} -> {init_type}")
+        return res

@@ -1,0 +1,38 @@
+"""One exception hierarchy.  Messages speak in the user's terms (index, operand, sizes)."""
+
+from __future__ import annotations
+
+
+class SparseccError(ValueError):
+    """Base of every error sparsecc raises for bad input.  Also a ``ValueError``."""
+
+
+class ParseError(SparseccError):
+    """A malformed einsum subscript string or index-notation statement."""
+
+
+class ShapeError(SparseccError):
+    """Operand shapes disagree with the expression or with each other."""
+
+
+class FormatError(SparseccError):
+    """An unknown or inconsistent storage format."""
+
+
+class DTypeError(SparseccError):
+    """An operand dtype sparsecc does not support, or an operation numpy refuses for it."""
+
+
+class OperandError(SparseccError):
+    """Wrong operand count, names or kinds, or a malformed sparse operand."""
+
+
+class CompileError(SparseccError, RuntimeError):
+    """MLIR or LLVM failed (or crashed) while compiling a kernel.
+
+    ``ir_path`` names a file holding the MLIR that failed, for a bug report.
+    """
+
+    def __init__(self, message: str, ir_path: str | None = None):
+        super().__init__(message if ir_path is None else f"{message}\n(IR saved to {ir_path})")
+        self.ir_path = ir_path

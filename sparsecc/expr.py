@@ -1,0 +1,199 @@
+"""The expression IR: one frozen, hashable tree for einsum and index notation alike.
+
+A kernel is a :class:`Statement` ``out[i, j] = expr``.  Equal statements hash equal, so a
+statement (with formats, dtypes and options) keys the compile cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from .errors import DTypeError, ShapeError
+
+#: unary functions the DSL knows, with the numpy function that defines their meaning
+UNARY = {
+    "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
+    "asin": np.arcsin, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
+    "ceil": np.ceil, "floor": np.floor,
+}
+BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}
+REDUCTIONS = ("sum",)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    tensor: str
+    indices: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: Union[bool, int, float, complex]
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    fn: str
+    arg: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    op: str
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    op: str
+    indices: tuple[str, ...]
+    body: "Expr"
+
+
+Expr = Union[Access, Const, Unary, Binary, Reduce]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """``output[indices] = expr``; ``operands`` lists the inputs in call order."""
+
+    output: str
+    indices: tuple[str, ...]
+    expr: Expr
+    operands: tuple[str, ...]
+
+    def __str__(self) -> str:
+        lhs = f"{self.output}[{','.join(self.indices)}]" if self.indices else self.output
+        return f"{lhs} = {show(self.expr)}"
+
+
+def describe(name: str) -> str:
+    """How messages name an operand: einsum operands are positional (``#0``)."""
+    return f"operand {name[1:]}" if name.startswith("#") else f"operand '{name}'"
+
+
+def show(e: Expr) -> str:
+    if isinstance(e, Access):
+        shown = e.tensor if not e.tensor.startswith("#") else f"T{e.tensor[1:]}"
+        return f"{shown}[{','.join(e.indices)}]" if e.indices else shown
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Unary):
+        return f"{e.fn}({show(e.arg)})"
+    if isinstance(e, Binary):
+        return f"({show(e.left)} {e.op} {show(e.right)})"
+    return f"{e.op}[{','.join(e.indices)}]({show(e.body)})"
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Unary):
+        return (e.arg,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Reduce):
+        return (e.body,)
+    return ()
+
+
+def accesses(e: Expr) -> list[Access]:
+    """Every access in ``e``, left to right."""
+    if isinstance(e, Access):
+        return [e]
+    return [a for c in children(e) for a in accesses(c)]
+
+
+def used_indices(e: Expr) -> tuple[str, ...]:
+    """Indices used anywhere in ``e``, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for a in accesses(e):
+        seen.update(dict.fromkeys(a.indices))
+    return tuple(seen)
+
+
+def free_indices(e: Expr) -> tuple[str, ...]:
+    """Indices of ``e`` that a reduction inside it does not bind."""
+    if isinstance(e, Access):
+        return tuple(dict.fromkeys(e.indices))
+    if isinstance(e, Reduce):
+        return tuple(i for i in free_indices(e.body) if i not in e.indices)
+    seen: dict[str, None] = {}
+    for c in children(e):
+        seen.update(dict.fromkeys(free_indices(c)))
+    return tuple(seen)
+
+
+# --------------------------------------------------------------------------- inference
+
+
+def index_sizes(stmt: Statement, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Bind every index to a size from the operand shapes; sizes must agree."""
+    sizes: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for name in stmt.operands:
+        if name not in shapes:
+            continue
+        shape = shapes[name]
+        for a in accesses(stmt.expr):
+            if a.tensor != name:
+                continue
+            if len(a.indices) != len(shape):
+                raise ShapeError(
+                    f"{describe(name)} is used with {len(a.indices)} indices "
+                    f"({','.join(a.indices) or 'none'}) but has {len(shape)} dimensions, shape {tuple(shape)}"
+                )
+            for pos, (i, n) in enumerate(zip(a.indices, shape)):
+                if i in sizes and sizes[i] != n:
+                    raise ShapeError(
+                        f"index '{i}' has size {sizes[i]} in {where[i]} but {n} in "
+                        f"{describe(name)} (dimension {pos})"
+                    )
+                sizes.setdefault(i, int(n))
+                where.setdefault(i, describe(name))
+    return sizes
+
+
+def _dummy(dtype: np.dtype):
+    return np.ones((), dtype=dtype)
+
+
+def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.dtype]:
+    """The numpy dtype of every node, as numpy would compute it.
+
+    Each node is evaluated on one-element dummies of its children's dtypes; reductions keep
+    their body's dtype (``numpy.einsum``'s rule: a sum of bools is a bool).
+    """
+    out: dict[Expr, np.dtype] = {}
+
+    def visit(e: Expr) -> np.dtype:
+        if e in out:
+            return out[e]
+        if isinstance(e, Access):
+            dt = np.dtype(dtypes[e.tensor])
+        elif isinstance(e, Const):
+            dt = np.asarray(e.value).dtype
+        elif isinstance(e, Reduce):
+            dt = visit(e.body)
+        else:
+            kids = [visit(c) for c in children(e)]
+            fn = UNARY[e.fn] if isinstance(e, Unary) else BINARY[e.op]
+            args = [_dummy(k) for k in kids]
+            # A constant operand is a weak Python scalar for numpy's promotion rules.
+            if isinstance(e, Binary):
+                args = [c.value if isinstance(c, Const) else a for c, a in zip(children(e), args)]
+            try:
+                with np.errstate(all="ignore"):
+                    dt = np.asarray(fn(*args)).dtype
+            except TypeError as err:
+                names = ", ".join(str(k) for k in kids)
+                what = e.fn if isinstance(e, Unary) else f"'{e.op}'"
+                raise DTypeError(f"{what} is not defined for {names} in numpy ({err})") from None
+        out[e] = dt
+        return dt
+
+    visit(stmt.expr)
+    return out

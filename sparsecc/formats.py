@@ -1,0 +1,281 @@
+"""Storage formats: level types, dimension order, block sizes and index widths.
+
+A :class:`Format` describes how one operand is stored, in MLIR's terms: each *level* has a
+level type (``dense``, ``compressed``, ``singleton`` ... with properties such as
+``nonunique``), levels store dimensions in ``order``, and block formats (BSR) split every
+dimension into a block coordinate and an offset inside the block.  Preset names
+(``"csr"``, ``"coo"`` ...) resolve to a Format once the operand's rank is known.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from .errors import FormatError
+
+LEVEL_BASES = ("dense", "compressed", "loose_compressed", "singleton")
+LEVEL_PROPS = ("nonunique", "nonordered", "soa")
+PRESETS = ("dense", "csr", "csc", "coo", "dcsr", "dcsc", "csf", "bsr")
+
+
+def _split_level(level: str) -> tuple[str, tuple[str, ...]]:
+    m = re.fullmatch(r"\s*(\w+)\s*(?:\(([^)]*)\))?\s*", level)
+    if not m:
+        raise FormatError(f"malformed level type {level!r}")
+    props = tuple(p.strip() for p in (m.group(2) or "").split(",") if p.strip())
+    return m.group(1), props
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """How one operand is stored.
+
+    ``levels``: one MLIR level type per level, e.g. ``("dense", "compressed")`` for CSR.
+    ``order``: level ``l`` stores dimension ``order[l]`` (for block formats, the block
+    coordinate levels come first in this order, then the in-block offsets).
+    ``block``: block size per dimension for block-sparse formats (BSR), else ``None``.
+    ``pos_width`` / ``crd_width``: 32 or 64 bits, or ``None`` to choose per call (32 bits
+    where every dimension and stored count fits).
+    """
+
+    levels: tuple[str, ...]
+    order: tuple[int, ...] | None = None
+    block: tuple[int, ...] | None = None
+    pos_width: int | None = None
+    crd_width: int | None = None
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "levels", tuple(self.levels))
+        nlev = len(self.levels)
+        rank = nlev // 2 if self.block else nlev
+        order = tuple(range(rank)) if self.order is None else tuple(self.order)
+        object.__setattr__(self, "order", order)
+        if sorted(order) != list(range(rank)):
+            raise FormatError(f"order {order} is not a permutation of {rank} dimensions")
+        if self.block is not None:
+            block = tuple(int(b) for b in self.block)
+            object.__setattr__(self, "block", block)
+            if nlev != 2 * len(block) or any(b < 1 for b in block):
+                raise FormatError(f"block sizes {block} need {2 * len(block)} levels and sizes >= 1, "
+                                  f"got {nlev} levels")
+        for w in (self.pos_width, self.crd_width):
+            if w not in (None, 32, 64):
+                raise FormatError(f"index width must be 32, 64 or None, got {w}")
+        for k, lv in enumerate(self.levels):
+            base, props = _split_level(lv)
+            if base not in LEVEL_BASES:
+                raise FormatError(f"level {k} has unknown level type {base!r}; known: {', '.join(LEVEL_BASES)}")
+            for p in props:
+                if p not in LEVEL_PROPS:
+                    raise FormatError(f"level {k} has unknown property {p!r}; known: {', '.join(LEVEL_PROPS)}")
+            if base == "singleton" and (k == 0 or "nonunique" not in _split_level(self.levels[k - 1])[1]):
+                raise FormatError(f"level {k} is singleton, so level {k - 1} must be nonunique "
+                                  f"(as in COO: compressed(nonunique), singleton)")
+
+    # -------------------------------------------------------------------- queries
+    @property
+    def rank(self) -> int:
+        return len(self.order)
+
+    @property
+    def is_dense(self) -> bool:
+        return self.block is None and all(_split_level(l)[0] == "dense" for l in self.levels)
+
+    def level_base(self, l: int) -> str:
+        return _split_level(self.levels[l])[0]
+
+    def level_props(self, l: int) -> tuple[str, ...]:
+        return _split_level(self.levels[l])[1]
+
+    def level_dims(self) -> list[tuple[int, str, int]]:
+        """For every level: (dimension, "" | "floordiv" | "mod", block size)."""
+        if self.block is None:
+            return [(d, "", 1) for d in self.order]
+        return [(d, "floordiv", self.block[d]) for d in self.order] + \
+               [(d, "mod", self.block[d]) for d in self.order]
+
+    def aos_coo_start(self) -> int | None:
+        """First level of an array-of-structs COO segment (its coordinates share one buffer).
+
+        A segment is a nonunique (loose_)compressed level followed by singleton levels
+        without the ``soa`` property, as MLIR's ``getAoSCOOStart`` defines it.
+        """
+        for s in range(len(self.levels) - 1):
+            if self.level_base(s) in ("compressed", "loose_compressed") and "nonunique" in self.level_props(s) \
+                    and self.level_base(s + 1) == "singleton" and "soa" not in self.level_props(s + 1):
+                return s
+        return None
+
+    def aos_coo_end(self, start: int) -> int:
+        end = start + 1
+        while end < len(self.levels) and self.level_base(end) == "singleton":
+            end += 1
+        return end
+
+    def fields(self) -> list[tuple[str, int]]:
+        """The storage buffers in MLIR's order: ("pos" | "crd", level) ..., then ("val", -1).
+
+        For an AoS COO segment, one ("crd", start) buffer holds the segment's coordinates
+        interleaved.  (MLIR's ``foreachFieldInSparseTensor``.)
+        """
+        if self.is_dense:
+            return [("val", -1)]
+        aos = self.aos_coo_start()
+        out: list[tuple[str, int]] = []
+        for l in range(len(self.levels)):
+            if aos is not None and aos < l < self.aos_coo_end(aos):
+                continue
+            base = self.level_base(l)
+            if base in ("compressed", "loose_compressed"):
+                out.append(("pos", l))
+            if base in ("compressed", "loose_compressed", "singleton"):
+                out.append(("crd", l))
+        return out + [("val", -1)]
+
+    def with_widths(self, pos: int, crd: int) -> "Format":
+        return replace(self, pos_width=self.pos_width or pos, crd_width=self.crd_width or crd)
+
+    # --------------------------------------------------------------------- MLIR
+    def encoding(self) -> str:
+        """The ``#sparse_tensor.encoding`` attribute (widths must be resolved)."""
+        dims = ", ".join(f"d{d}" for d in range(self.rank))
+        lv = []
+        for (d, op, b), t in zip(self.level_dims(), self.levels):
+            expr = f"d{d}" if not op else f"d{d} {op} {b}"
+            lv.append(f"{expr} : {t}")
+        widths = "".join(f", {k} = {w}" for k, w in (("posWidth", self.pos_width), ("crdWidth", self.crd_width)) if w)
+        return f"#sparse_tensor.encoding<{{ map = ({dims}) -> ({', '.join(lv)}){widths} }}>"
+
+    def __str__(self) -> str:
+        return self.name or self.encoding()
+
+    # ------------------------------------------------------------------ presets
+    @staticmethod
+    def dense(rank: int) -> "Format":
+        return Format(("dense",) * rank, name="dense")
+
+    @staticmethod
+    def csr() -> "Format":
+        return Format(("dense", "compressed"), name="csr")
+
+    @staticmethod
+    def csc() -> "Format":
+        return Format(("dense", "compressed"), (1, 0), name="csc")
+
+    @staticmethod
+    def dcsr() -> "Format":
+        return Format(("compressed", "compressed"), name="dcsr")
+
+    @staticmethod
+    def dcsc() -> "Format":
+        return Format(("compressed", "compressed"), (1, 0), name="dcsc")
+
+    @staticmethod
+    def csf(rank: int, order: tuple[int, ...] | None = None) -> "Format":
+        return Format(("compressed",) * rank, order, name="csf")
+
+    @staticmethod
+    def coo(rank: int, dense_trailing: int = 0) -> "Format":
+        """COO over the leading ``rank - dense_trailing`` dims; the rest dense (torch's hybrid COO)."""
+        ns = rank - dense_trailing
+        if ns < 1:
+            raise FormatError("COO needs at least one sparse dimension")
+        if ns == 1:
+            sparse = ["compressed"]
+        else:
+            sparse = ["compressed(nonunique)"] + ["singleton(nonunique, soa)"] * (ns - 2) + ["singleton(soa)"]
+        return Format(tuple(sparse) + ("dense",) * dense_trailing, name="coo" if not dense_trailing else "")
+
+    @staticmethod
+    def bsr(block: tuple[int, int]) -> "Format":
+        return Format(("dense", "compressed", "dense", "dense"), block=tuple(block),
+                      name=f"bsr{block[0]}x{block[1]}")
+
+    @staticmethod
+    def parse(text: str) -> "Format":
+        """A Format from an MLIR map, e.g. ``"(i, j) -> (i : dense, j : compressed)"``.
+
+        The full ``#sparse_tensor.encoding<{ map = ..., posWidth = 32 }>`` form is accepted too.
+        """
+        src = text
+        pw = re.search(r"posWidth\s*=\s*(\d+)", text)
+        cw = re.search(r"crdWidth\s*=\s*(\d+)", text)
+        m = re.search(r"map\s*=\s*(\(.*?\)\s*->\s*\(.*\))", text)
+        if m:
+            text = m.group(1)
+            text = text[: text.rfind(")") + 1]
+        m = re.fullmatch(r"\s*\(([^)]*)\)\s*->\s*\((.*)\)\s*", text, re.S)
+        if not m:
+            raise FormatError(f"not a format name or an MLIR level map: {src!r} "
+                              f"(format names: {', '.join(PRESETS)})")
+        dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+        if len(set(dims)) != len(dims):
+            raise FormatError(f"{src!r}: dimension names repeat")
+        lv = re.findall(r"(\w+)(?:\s+(floordiv|mod)\s+(\d+))?\s*:\s*(\w+(?:\s*\([^)]*\))?)", m.group(2))
+        if not lv:
+            raise FormatError(f"{src!r}: no levels found")
+        order, fl, mods, block = [], [], [], {}
+        types = []
+        for d, op, b, t in lv:
+            if d not in dims:
+                raise FormatError(f"{src!r}: level uses unknown dimension {d!r}")
+            types.append(re.sub(r"\s+", " ", t))
+            if op == "floordiv":
+                fl.append(dims.index(d)); block[dims.index(d)] = int(b)
+            elif op == "mod":
+                mods.append(dims.index(d))
+            else:
+                order.append(dims.index(d))
+        if block:
+            if order or fl != mods or len(fl) != len(dims):
+                raise FormatError(f"{src!r}: block formats need 'd floordiv b' for every dimension, "
+                                  f"then 'd mod b' in the same order")
+            return Format(tuple(types), tuple(fl), tuple(block[d] for d in range(len(dims))),
+                          int(pw.group(1)) if pw else None, int(cw.group(1)) if cw else None)
+        if sorted(order) != list(range(len(dims))):
+            raise FormatError(f"{src!r}: every dimension must appear in exactly one level")
+        return Format(tuple(types), tuple(order), None,
+                      int(pw.group(1)) if pw else None, int(cw.group(1)) if cw else None)
+
+
+def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:
+    """A :class:`Format` for ``spec`` (a name, an MLIR map string or a Format) at ``rank``.
+
+    ``block``: block size taken from a BSR operand when ``spec`` is ``"bsr"``.
+    """
+    if isinstance(spec, Format):
+        fmt = spec
+    elif not isinstance(spec, str):
+        raise FormatError(f"{what}: a format is a name, an MLIR level map or sc.Format, got {spec!r}")
+    else:
+        name = spec.strip().lower()
+        two_d = {"csr": Format.csr, "csc": Format.csc, "dcsr": Format.dcsr, "dcsc": Format.dcsc}
+        if name in two_d:
+            if rank != 2:
+                raise FormatError(f"{what} has rank {rank}, but format {name!r} is for matrices (rank 2); "
+                                  f"use 'coo', 'csf' or 'dense'")
+            return two_d[name]()
+        if name == "dense":
+            return Format.dense(rank)
+        if name == "coo":
+            return Format.coo(rank) if rank else Format.dense(0)
+        if name == "csf":
+            return Format.csf(rank) if rank else Format.dense(0)
+        m = re.fullmatch(r"bsr(?:(\d+)x(\d+))?", name)
+        if m:
+            if rank != 2:
+                raise FormatError(f"{what} has rank {rank}, but 'bsr' is for matrices")
+            b = (int(m.group(1)), int(m.group(2))) if m.group(1) else block
+            if b is None:
+                raise FormatError(f"{what}: 'bsr' needs a block size: pass a scipy bsr_array, or name it "
+                                  f"('bsr2x2'), or use sc.Format.bsr((2, 2))")
+            return Format.bsr(b)
+        if "->" not in name:
+            raise FormatError(f"{what}: unknown format {spec!r}; known: {', '.join(PRESETS)}, "
+                              f"an MLIR level map or sc.Format")
+        fmt = Format.parse(spec)
+    if fmt.rank != rank:
+        raise FormatError(f"{what} has rank {rank}, but its format {fmt} has rank {fmt.rank}")
+    return fmt

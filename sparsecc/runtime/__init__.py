@@ -1,0 +1,1 @@
+"""Operands in and results out, compiling and loading native code, the caches."""

@@ -1,0 +1,81 @@
+"""Compiling in a worker process, so that a compiler crash cannot take the caller down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+from ..errors import CompileError
+from ..passes import LOWER_TO_LLVM, SPARSIFY, pipeline_text
+
+_lock = threading.Lock()
+_worker: subprocess.Popen | None = None
+
+
+_stderr = None
+
+
+def _start() -> subprocess.Popen:
+    global _stderr
+    # stderr goes to a file: a pipe nobody reads could fill up and stall the worker
+    _stderr = tempfile.TemporaryFile(mode="w+")
+    env = dict(os.environ)
+    # the worker must find this very package, wherever it was imported from
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen([sys.executable, "-m", "sparsecc.runtime._worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=_stderr, text=True, env=env,
+                            bufsize=1)
+
+
+def _save_ir(mlir: str) -> str:
+    fd, path = tempfile.mkstemp(prefix="sparsecc-failed-", suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(mlir)
+    return path
+
+
+def compile_library(mlir: str, out: str, *, opt_level: int = 3, cpu: str | None = None,
+                    name: str = "kernel", what: str = "kernel") -> dict:
+    """Compile ``mlir`` into the shared library ``out``; returns stages and the ABI.
+
+    Raises :class:`CompileError` (IR saved) when MLIR or LLVM reject the kernel or crash.
+    """
+    global _worker
+    req = {"mlir": mlir, "sparsify": pipeline_text(SPARSIFY), "lower": pipeline_text(LOWER_TO_LLVM),
+           "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
+    with _lock:
+        if _worker is None or _worker.poll() is not None:
+            _worker = _start()
+        w = _worker
+        try:
+            w.stdin.write(json.dumps(req) + "\n")
+            w.stdin.flush()
+            line = w.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            w.kill()
+            w.wait()
+            _stderr.seek(0)
+            err = _stderr.read()[-2000:]
+            _worker = None
+            raise CompileError(f"the compiler crashed while compiling {what} "
+                               f"(exit status {w.returncode}):\n{err.strip()}", _save_ir(mlir))
+    reply = json.loads(line)
+    if not reply["ok"]:
+        raise CompileError(f"MLIR/LLVM could not compile {what}:\n{reply['error']}", _save_ir(mlir))
+    return reply
+
+
+def shutdown() -> None:
+    global _worker
+    with _lock:
+        if _worker is not None:
+            _worker.stdin.close()
+            _worker.wait(timeout=10)
+            _worker = None

@@ -1,0 +1,199 @@
+"""Operands in: SciPy/NumPy objects -> the buffers a kernel reads, without copies where the
+layout already fits (SciPy's CSR/CSC/BSR/COO arrays with int32 indices, contiguous values).
+
+Every operand becomes a :class:`Storage`: its buffers in MLIR's field order (positions and
+coordinates per level, then values) and its level sizes.  Formats other than the operand's
+own are built here from its coordinates (a conversion of layout, not a computation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import dtypes as dt
+from ..errors import FormatError, OperandError, ShapeError
+from ..formats import Format
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+@dataclass
+class Storage:
+    fmt: Format                      # with index widths resolved
+    shape: tuple[int, ...]
+    buffers: list[np.ndarray]        # field order; dense: [array]
+    lvl_sizes: list[int]
+
+
+def as_operand(x, what: str):
+    """Accept NumPy arrays, scalars, array-likes and SciPy sparse arrays/matrices."""
+    if sp.issparse(x):
+        if x.format in ("dia", "lil", "dok"):
+            x = x.tocsr()   # documented: these formats are converted to CSR
+        return x
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        a = np.asarray(x)
+    except Exception as err:   # noqa: BLE001 - anything numpy refuses
+        raise OperandError(f"{what} is not an array: {type(x).__name__} ({err})") from None
+    if a.dtype == object:
+        raise OperandError(f"{what} is not a numeric array (got {type(x).__name__})")
+    return a
+
+
+def default_format(x) -> tuple[str, tuple[int, int] | None]:
+    """The format an operand runs in unless told otherwise: its own."""
+    if sp.issparse(x):
+        if x.format == "bsr":
+            return "bsr", tuple(x.blocksize)
+        if x.format in ("csr", "csc", "coo"):
+            return x.format, None
+        return "csr", None
+    return "dense", None
+
+
+def _index_width(fmt: Format, shape, nnz_bound: int) -> int:
+    big = max([int(nnz_bound), *(int(s) for s in shape), 0])
+    return 32 if big <= INT32_MAX else 64
+
+
+def _idx(a: np.ndarray, width: int) -> np.ndarray:
+    want = np.int32 if width == 32 else np.int64
+    return np.ascontiguousarray(a, dtype=want)
+
+
+def _coords(x) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical (sorted, duplicate-free) coordinates (rank x nnz) and values of any operand."""
+    if sp.issparse(x):
+        c = x.tocoo()
+        if not c.has_canonical_format:
+            c = c.copy()
+            c.sum_duplicates()
+        coords = np.vstack([np.asarray(k) for k in c.coords]) if c.nnz else np.zeros((c.ndim, 0), np.int64)
+        return coords, np.asarray(c.data)
+    a = np.asarray(x)
+    nz = np.nonzero(a)
+    coords = np.vstack(nz) if a.ndim else np.zeros((0, 1 if a != 0 else 0), np.int64)
+    return coords, a[nz]
+
+
+def _coo_fast(x, fmt: Format) -> bool:
+    return (sp.issparse(x) and x.format == "coo" and fmt == Format.coo(x.ndim)
+            and x.ndim >= 2 and x.has_canonical_format)
+
+
+def build(x, fmt: Format, what: str) -> Storage:
+    """The buffers of operand ``x`` stored as ``fmt`` (block sizes resolved, widths free)."""
+    shape = tuple(int(s) for s in x.shape)
+    row = dt.lookup(x.dtype, what)
+    if fmt.is_dense:
+        a = x.toarray() if sp.issparse(x) else x
+        a = np.ascontiguousarray(a)
+        return Storage(fmt, shape, [a], list(shape))
+    if fmt.block is not None:
+        for d, b in enumerate(fmt.block):
+            if shape[d] % b:
+                raise ShapeError(f"{what} has shape {shape}, not divisible into blocks of {fmt.block}")
+    # ---- zero-copy paths
+    if sp.issparse(x) and x.ndim == 2:
+        kind = x.format
+        same = {"csr": Format.csr(), "csc": Format.csc()}
+        if kind in same and fmt.levels == same[kind].levels and fmt.order == same[kind].order \
+                and fmt.block is None:
+            if not x.has_canonical_format:
+                x = x.copy()
+                x.sum_duplicates()    # sorts indices too
+            w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
+            f = fmt.with_widths(w, fmt.crd_width or w)
+            lv = [shape[fmt.order[0]], shape[fmt.order[1]]]
+            return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
+                                      np.ascontiguousarray(x.data)], lv)
+    if _coo_fast(x, fmt):
+        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
+        f = fmt.with_widths(w, fmt.crd_width or w)
+        pos = np.array([0, x.nnz], dtype=np.int32 if f.pos_width == 32 else np.int64)
+        return Storage(f, shape, [pos] + [_idx(c, f.crd_width) for c in x.coords] + [np.ascontiguousarray(x.data)],
+                       list(shape))
+    if sp.issparse(x) and x.format == "bsr" and fmt.block == tuple(x.blocksize) \
+            and fmt.levels == ("dense", "compressed", "dense", "dense") and fmt.order == (0, 1):
+        if not x.has_canonical_format:
+            x = x.copy()
+            x.sum_duplicates()
+        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
+        f = fmt.with_widths(w, fmt.crd_width or w)
+        R, C = fmt.block
+        return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
+                                  np.ascontiguousarray(x.data).reshape(-1)],
+                       [shape[0] // R, shape[1] // C, R, C])
+    coords, vals = _coords(x)
+    return _build_levels(fmt, shape, coords, np.ascontiguousarray(vals, dtype=row.numpy), what)
+
+
+def _build_levels(fmt: Format, shape, coords: np.ndarray, vals: np.ndarray, what: str) -> Storage:
+    """Level buffers of ``fmt`` from canonical coordinates (MLIR's storage scheme)."""
+    lvl_dims = fmt.level_dims()
+    lvl_crd, lvl_size = [], []
+    for d, op, b in lvl_dims:
+        c = coords[d].astype(np.int64, copy=False)
+        if op == "floordiv":
+            lvl_crd.append(c // b); lvl_size.append(shape[d] // b)
+        elif op == "mod":
+            lvl_crd.append(c % b); lvl_size.append(b)
+        else:
+            lvl_crd.append(c); lvl_size.append(shape[d])
+    nnz = vals.shape[0]
+    if lvl_crd and nnz:
+        perm = np.lexsort(lvl_crd[::-1])
+        lvl_crd = [c[perm] for c in lvl_crd]
+        vals = vals[perm]
+    w = fmt.pos_width or _index_width(fmt, shape, nnz)
+    f = fmt.with_widths(w, fmt.crd_width or w)
+    parent = np.zeros(nnz, dtype=np.int64)   # position of each entry's node at the current level
+    nparent = 1
+    pos: dict[int, np.ndarray] = {}
+    crd: dict[int, np.ndarray] = {}
+    for l, size in enumerate(lvl_size):
+        base, props = f.level_base(l), f.level_props(l)
+        c = lvl_crd[l]
+        if base == "dense":
+            parent = parent * size + c
+            nparent *= size
+        elif base in ("compressed", "loose_compressed"):
+            if "nonunique" in props:
+                first = np.ones(nnz, dtype=bool)
+            else:
+                first = np.ones(nnz, dtype=bool)
+                if nnz:
+                    first[1:] = (parent[1:] != parent[:-1]) | (c[1:] != c[:-1])
+            group = np.cumsum(first) - 1
+            counts = np.bincount(parent[first], minlength=nparent) if nnz else np.zeros(nparent, np.int64)
+            ends = np.cumsum(counts)
+            if base == "compressed":
+                pos[l] = np.concatenate([[0], ends])
+            else:
+                pos[l] = np.stack([ends - counts, ends], axis=1).reshape(-1)
+            crd[l] = c[first]
+            parent = group
+            nparent = int(first.sum())
+        else:  # singleton: one child per parent
+            crd[l] = c
+    values = np.zeros((nparent,) + vals.shape[1:], dtype=vals.dtype)
+    values[parent] = vals
+    bufs = []
+    aos = f.aos_coo_start()
+    for kind, l in f.fields():
+        if kind == "pos":
+            bufs.append(_idx(pos[l], f.pos_width))
+        elif kind == "crd":
+            if aos is not None and l == aos:
+                seg = range(aos, f.aos_coo_end(aos))
+                bufs.append(_idx(np.stack([crd[k] for k in seg], axis=1).reshape(-1), f.crd_width))
+            else:
+                bufs.append(_idx(crd[l], f.crd_width))
+        else:
+            bufs.append(values)
+    return Storage(f, tuple(shape), bufs, lvl_size)
