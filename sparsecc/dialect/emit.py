@@ -288,9 +288,17 @@ class _Function:
         return f"%{stem}{self.n}"
 
     def materialize_inner_reductions(self, e: Expr) -> Expr:
-        """Replace every reduction below the root by a dense temporary, innermost first."""
+        """Replace every reduction below the root by a dense temporary, innermost first.
+
+        A sparse operand read with a repeated index (``A[i,i]``) becomes a dense temporary
+        too: its diagonal, selected from the stored entries.
+        """
         def visit(node: Expr, root: bool) -> Expr:
-            if isinstance(node, (Access, Const)):
+            if isinstance(node, Access):
+                if node.tensor in self.encs and len(set(node.indices)) != len(node.indices):
+                    return self.diagonal(node)
+                return node
+            if isinstance(node, Const):
                 return node
             if isinstance(node, Unary):
                 new = Unary(node.fn, visit(node.arg, False))
@@ -319,6 +327,55 @@ class _Function:
         self.ssa[name] = res
         self.types[name] = ttype
         self.node_dtypes[acc] = self.node_dtypes[r]
+        return acc
+
+    def diagonal(self, a: Access) -> Access:
+        """``D[i] = A[i,i]`` for a sparse ``A``: one pass over the stored entries
+        (``sparse_tensor.foreach``) adding those whose repeated coordinates agree into a
+        dense temporary.  (The sparsifier admits no ``(i) -> (i, i)`` map on a sparse
+        operand, nor a ``select`` on ``linalg.index`` into a dense result.)"""
+        uniq = tuple(dict.fromkeys(a.indices))
+        first = {i: a.indices.index(i) for i in uniq}
+        row = _row(self.node_dtypes[a])
+        bt = row.storage
+        rank = len(a.indices)
+        mtype = "memref<" + "".join("?x" for _ in uniq) + bt + ">"
+        ttype = _tensor_type(len(uniq), row, None)
+        buf = self.fresh("diag")
+        sizes = ", ".join(f"%size_{i}" for i in uniq)
+        z = self.fresh("zero")
+        self.lines.append(f"{z} = {_const_text(0, row)[0]}")
+        self.lines.append(f"{buf} = memref.alloc({sizes}) : {mtype}")
+        self.lines.append(f"linalg.fill ins({z} : {bt}) outs({buf} : {mtype})")
+        c = [f"%c{k}" for k in range(rank)]
+        conds = []
+        body = []
+        for k, i in enumerate(a.indices):
+            if first[i] != k:
+                body.append(f"%eq{k} = arith.cmpi eq, {c[first[i]]}, {c[k]} : index")
+                conds.append(f"%eq{k}")
+        cond = conds[0]
+        for k, other in enumerate(conds[1:]):
+            body.append(f"%and{k} = arith.andi {cond}, {other} : i1")
+            cond = f"%and{k}"
+        at = ", ".join(c[first[i]] for i in uniq)
+        add = _ARITH["+"][row.kind]
+        body += [f"scf.if {cond} {{",
+                 f"  %old = memref.load {buf}[{at}] : {mtype}",
+                 f"  %new = {add} %old, %v : {bt}",
+                 f"  memref.store %new, {buf}[{at}] : {mtype}", "}"]
+        ind = "\n      "
+        self.lines.append(
+            f"sparse_tensor.foreach in {self.ssa[a.tensor]} : {self.types[a.tensor]} do {{"
+            f"{ind}^bb0({', '.join(f'{x}: index' for x in c)}, %v: {bt}):{ind}  " + f"{ind}  ".join(body) +
+            "\n    }")
+        name = buf[1:]
+        res = self.fresh("diagt")
+        self.lines.append(f"{res} = bufferization.to_tensor {buf} restrict : {mtype} to {ttype}")
+        acc = Access(name, uniq)
+        self.ssa[name] = res
+        self.types[name] = ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
     def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..dialect import KernelSignature, emit_kernel
 from ..errors import FormatError, OperandError, SparseccError
-from ..expr import Statement, accesses, describe, index_sizes
+from ..expr import Statement, accesses, describe, index_sizes, infer_dtypes
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from . import cache, compiler
@@ -179,6 +180,14 @@ class Kernel:
             spec = self.formats.get(name) or own
             fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
         stores = [build(x, f, describe(n)) for n, x, f in zip(self.stmt.operands, values, fmts)]
+        out = _result_dtype(self.stmt, tuple(dtypes))
+        if out.kind == "c":
+            # The sparsifier cannot lower real->complex conversions inside a sparse loop:
+            # store such an operand's values as complex (numpy.einsum converts them too).
+            for k, s in enumerate(stores):
+                if not s.fmt.is_dense and s.buffers[-1].dtype.kind != "c":
+                    s.buffers[-1] = s.buffers[-1].astype(out)
+                    dtypes[k] = out.name
         return stores, tuple(dtypes), sizes
 
     def __call__(self, *args, **kwargs):
@@ -219,6 +228,11 @@ class Kernel:
         if stage == "mlir":
             return comp.mlir
         return comp.stages()[stage]
+
+
+@lru_cache(maxsize=4096)
+def _result_dtype(stmt: Statement, dtypes: tuple[str, ...]) -> np.dtype:
+    return infer_dtypes(stmt, {n: np.dtype(d) for n, d in zip(stmt.operands, dtypes)})[stmt.expr]
 
 
 _resolved: dict = {}

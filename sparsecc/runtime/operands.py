@@ -163,12 +163,15 @@ def _build_levels(fmt: Format, shape, coords: np.ndarray, vals: np.ndarray, what
             parent = parent * size + c
             nparent *= size
         elif base in ("compressed", "loose_compressed"):
-            if "nonunique" in props:
-                first = np.ones(nnz, dtype=bool)
-            else:
-                first = np.ones(nnz, dtype=bool)
-                if nnz:
-                    first[1:] = (parent[1:] != parent[:-1]) | (c[1:] != c[:-1])
+            # a node per distinct coordinate under its parent; a nonunique level starts a COO
+            # segment, whose singleton levels below it hold one coordinate per node
+            seg_end = f.aos_coo_end(l) if "nonunique" in props else l + 1
+            first = np.ones(nnz, dtype=bool)
+            if nnz:
+                change = parent[1:] != parent[:-1]
+                for k in range(l, seg_end):
+                    change |= lvl_crd[k][1:] != lvl_crd[k][:-1]
+                first[1:] = change
             group = np.cumsum(first) - 1
             counts = np.bincount(parent[first], minlength=nparent) if nnz else np.zeros(nparent, np.int64)
             ends = np.cumsum(counts)
@@ -176,11 +179,11 @@ def _build_levels(fmt: Format, shape, coords: np.ndarray, vals: np.ndarray, what
                 pos[l] = np.concatenate([[0], ends])
             else:
                 pos[l] = np.stack([ends - counts, ends], axis=1).reshape(-1)
-            crd[l] = c[first]
+            for k in range(l, seg_end):
+                crd[k] = lvl_crd[k][first]
             parent = group
             nparent = int(first.sum())
-        else:  # singleton: one child per parent
-            crd[l] = c
+        # singleton levels were filled by the nonunique level that starts their segment
     values = np.zeros((nparent,) + vals.shape[1:], dtype=vals.dtype)
     values[parent] = vals
     bufs = []
@@ -190,8 +193,11 @@ def _build_levels(fmt: Format, shape, coords: np.ndarray, vals: np.ndarray, what
             bufs.append(_idx(pos[l], f.pos_width))
         elif kind == "crd":
             if aos is not None and l == aos:
-                seg = range(aos, f.aos_coo_end(aos))
-                bufs.append(_idx(np.stack([crd[k] for k in seg], axis=1).reshape(-1), f.crd_width))
+                # MLIR strides the AoS buffer by every level from the segment's start on,
+                # trailing dense levels included (their slots are unused)
+                seg = range(aos, len(f.levels))
+                cols = [crd.get(k, np.zeros_like(crd[aos])) for k in seg]
+                bufs.append(_idx(np.stack(cols, axis=1).reshape(-1), f.crd_width))
             else:
                 bufs.append(_idx(crd[l], f.crd_width))
         else:

@@ -1,0 +1,62 @@
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+# A fresh kernel cache for each test session, unless the caller chose one.
+os.environ.setdefault("SPARSECC_CACHE_DIR", tempfile.mkdtemp(prefix="sparsecc-test-cache-"))
+
+
+def random_sparse(shape, density, dtype, rng, *, fmt="coo"):
+    """A random N-d array with about ``density`` of its entries stored (never zero values)."""
+    shape = tuple(shape)
+    n = int(np.prod(shape))
+    nnz = int(round(density * n))
+    flat = rng.choice(n, size=nnz, replace=False) if n else np.zeros(0, np.int64)
+    coords = np.unravel_index(flat, shape) if n else tuple(np.zeros(0, np.int64) for _ in shape)
+    vals = random_values(nnz, dtype, rng)
+    a = sp.coo_array((vals, coords), shape=shape)
+    if len(shape) == 2 and fmt != "coo":
+        a = a.asformat(fmt)
+    return a
+
+
+def random_values(n, dtype, rng):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.ones(n, dtype=bool)
+    if dtype.kind == "i":
+        return rng.integers(1, 5, size=n).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.uniform(0.5, 1.5, n) + 1j * rng.uniform(-1, 1, n)).astype(dtype)
+    return rng.uniform(0.5, 1.5, n).astype(dtype)
+
+
+def random_dense(shape, dtype, rng):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    return random_values(int(np.prod(shape)), dtype, rng).reshape(shape)
+
+
+def dense_of(x):
+    return x.toarray() if sp.issparse(x) else np.asarray(x)
+
+
+def assert_matches(got, want, dtype=None):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        tol = 1e-4 if want.dtype in (np.float32, np.complex64) else 1e-10
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
