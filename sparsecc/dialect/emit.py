@@ -225,11 +225,13 @@ def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
 
 
 def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, str],
-                name: str = "kernel") -> tuple[str, KernelSignature]:
+                name: str = "kernel", split: bool = False) -> tuple[str, KernelSignature]:
     """MLIR text of the kernel and the signature the runtime calls it with.
 
     ``formats`` holds a resolved Format (index widths set) per operand; ``dtypes`` a numpy
-    dtype name per operand.
+    dtype name per operand.  ``split``: give every operation below the root that reads a
+    sparse operand a ``linalg.generic`` (and dense temporary) of its own - the retry when
+    the sparsifier fails on the fused form.
     """
     node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
     out_row = _row(node_dtypes[stmt.expr])
@@ -255,7 +257,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
 
     fn = _Function(node_dtypes, encs, types, ssa)
     fn.lines.append(f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
-    expr = fn.materialize_inner_reductions(stmt.expr)
+    expr = fn.materialize_inner_reductions(stmt.expr, split)
     if isinstance(expr, Reduce):
         res = fn.generic("%out", out_type, stmt.indices, expr.indices, expr.body, fn.node_dtypes[expr])
     else:
@@ -287,7 +289,7 @@ class _Function:
         self.n += 1
         return f"%{stem}{self.n}"
 
-    def materialize_inner_reductions(self, e: Expr) -> Expr:
+    def materialize_inner_reductions(self, e: Expr, split: bool = False) -> Expr:
         """Replace every reduction below the root by a dense temporary, innermost first.
 
         A sparse operand read with a repeated index (``A[i,i]``) becomes a dense temporary
@@ -309,20 +311,25 @@ class _Function:
             self._retype(node, new)
             if isinstance(new, Reduce) and not root:
                 return self.temporary(new)
+            if split and not root and any(a.tensor in self.encs for a in accesses(new)):
+                return self.temporary(new)
             return new
         return visit(e, True)
 
     def _retype(self, old: Expr, new: Expr):
         self.node_dtypes[new] = self.node_dtypes[old]
 
-    def temporary(self, r: Reduce) -> Access:
+    def temporary(self, r: Expr) -> Access:
         free = free_indices(r)
         row = _row(self.node_dtypes[r])
         name = self.fresh("tmp")
         ttype = _tensor_type(len(free), row, None)
         sizes = ", ".join(f"%size_{i}" for i in free)
         self.lines.append(f"{name}_e = tensor.empty({sizes}) : {ttype}")
-        res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r])
+        if isinstance(r, Reduce):
+            res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r])
+        else:
+            res = self.generic(f"{name}_e", ttype, free, (), r, self.node_dtypes[r])
         acc = Access(name, free)
         self.ssa[name] = res
         self.types[name] = ttype

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dialect import KernelSignature, emit_kernel
-from ..errors import FormatError, OperandError, SparseccError
+from ..errors import CompileError, OperandError, SparseccError
 from ..expr import Statement, accesses, describe, index_sizes, infer_dtypes
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
@@ -82,6 +82,23 @@ def _expected_args(sig: KernelSignature, formats) -> int:
     return n
 
 
+def _build(stmt, fmts, dts, options, split):
+    mlir, sig = emit_kernel(stmt, fmts, dts, split=split)
+    key = cache.key_of(mlir, options.key())
+    so, _ = cache.paths(key)
+    info = cache.load(key)
+    if info is None:
+        reply = compiler.compile_library(mlir, so, opt_level=options.opt_level, cpu=options.cpu,
+                                         what=f"'{stmt}'")
+        info = {"stages": reply["stages"], "arg_types": reply["arg_types"]}
+        cache.store(key, info)
+        STATS.misses += 1
+        _dump(key, reply["stages"])
+    else:
+        STATS.disk_hits += 1
+    return mlir, sig, key, info
+
+
 def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                options: Options) -> Compiled:
     mem_key = (stmt, formats, dtypes, options)
@@ -96,19 +113,17 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         if got is not None:
             STATS.hits += 1
             return got
-        mlir, sig = emit_kernel(stmt, dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes)))
-        key = cache.key_of(mlir, options.key())
+        fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+        try:
+            mlir, sig, key, info = _build(stmt, fmts, dts, options, split=False)
+        except CompileError as first:
+            # The sparsifier rejects (or crashes on) some fused expressions; the same
+            # statement split into one generic per sparse operation often compiles.
+            try:
+                mlir, sig, key, info = _build(stmt, fmts, dts, options, split=True)
+            except CompileError:
+                raise first from None
         so, meta = cache.paths(key)
-        info = cache.load(key)
-        if info is None:
-            reply = compiler.compile_library(mlir, so, opt_level=options.opt_level, cpu=options.cpu,
-                                             what=f"'{stmt}'")
-            info = {"stages": reply["stages"], "arg_types": reply["arg_types"]}
-            cache.store(key, info)
-            STATS.misses += 1
-            _dump(key, reply["stages"])
-        else:
-            STATS.disk_hits += 1
         n = _expected_args(sig, formats)
         if len(info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(info['arg_types'])} "
@@ -185,7 +200,7 @@ class Kernel:
             # The sparsifier cannot lower real->complex conversions inside a sparse loop:
             # store such an operand's values as complex (numpy.einsum converts them too).
             for k, s in enumerate(stores):
-                if not s.fmt.is_dense and s.buffers[-1].dtype.kind != "c":
+                if not s.fmt.is_dense and s.buffers[-1].dtype != out:
                     s.buffers[-1] = s.buffers[-1].astype(out)
                     dtypes[k] = out.name
         return stores, tuple(dtypes), sizes
