@@ -1,0 +1,18 @@
+"""The examples and the demo run and check their own results."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_quickstart_example():
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py")], check=True,
+                   capture_output=True)
+
+
+def test_demo_small():
+    out = subprocess.run([sys.executable, "-m", "sparsecc", "demo", "--scale", "0.1"], check=True,
+                         capture_output=True, text=True, cwd=ROOT)
+    assert "results match: yes" in out.stdout

@@ -1,0 +1,66 @@
+"""Format objects, MLIR map strings, index widths, block sizes."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+from sparsecc.formats import resolve
+from conftest import assert_matches, random_sparse
+
+rng = np.random.default_rng(11)
+A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+x = rng.random(6)
+
+
+@pytest.mark.parametrize("fmt", [
+    sc.Format(("dense", "compressed"), pos_width=64, crd_width=64),
+    sc.Format(("dense", "compressed"), (1, 0), pos_width=32, crd_width=64),
+    sc.Format(("compressed(nonunique)", "singleton")),               # AoS COO
+    sc.Format(("loose_compressed", "compressed")),
+    sc.Format.bsr((4, 3)),
+    sc.Format.bsr((2, 2)).__class__(("dense", "compressed", "dense", "dense"), (1, 0), (2, 3)),   # BSC-like
+    "(i, j) -> (j : compressed, i : compressed)",
+    "#sparse_tensor.encoding<{ map = (i, j) -> (i : compressed, j : dense), posWidth = 64, crdWidth = 64 }>",
+    "bsr2x3",
+])
+def test_format_objects_and_maps(fmt):
+    assert_matches(sc.einsum("ij,j->i", A, x, formats=(fmt, "dense")), A.toarray() @ x)
+
+
+def test_hybrid_coo_any_rank():
+    T = random_sparse((4, 3, 5, 2), 0.3, np.float64, rng)
+    hybrid = sc.Format.coo(4, dense_trailing=2)
+    v = rng.random(2)
+    want = np.einsum("ijkl,l->ijk", T.toarray(), v)
+    assert_matches(sc.einsum("ijkl,l->ijk", T, v, formats=(hybrid, "dense")), want)
+    assert_matches(sc.einsum("ijkl,l->ijk", T, v, formats=("csf", "dense")), want)
+
+
+def test_csf_with_dimension_order():
+    T = random_sparse((4, 3, 5), 0.3, np.float64, rng)
+    f = sc.Format.csf(3, order=(2, 0, 1))
+    M = rng.random((3, 2))
+    assert_matches(sc.einsum("ijk,jr->ikr", T, M, formats=(f, "dense")), np.einsum("ijk,jr->ikr", T.toarray(), M))
+
+
+def test_encodings_are_what_the_docs_say():
+    assert resolve("csr", 2).with_widths(32, 32).encoding() == (
+        "#sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed), posWidth = 32, crdWidth = 32 }>")
+    assert resolve("csc", 2).encoding() == "#sparse_tensor.encoding<{ map = (d0, d1) -> (d1 : dense, d0 : compressed) }>"
+    assert "d0 floordiv 2 : dense, d1 floordiv 2 : compressed, d0 mod 2 : dense, d1 mod 2 : dense" in \
+        resolve("bsr2x2", 2).encoding()
+
+
+def test_index_width_is_chosen_per_call():
+    from sparsecc.runtime.operands import build
+    A32 = sp.csr_array((A.data, A.indices.astype(np.int32), A.indptr.astype(np.int32)), shape=A.shape)
+    s = build(A32, resolve("csr", 2), "A")
+    assert s.fmt.pos_width == 32 and s.buffers[0].dtype == np.int32
+    for mine, theirs in zip(s.buffers, (A32.indptr, A32.indices, A32.data)):   # zero copy
+        assert np.shares_memory(mine, theirs)
+    big = sp.csr_array((np.ones(1), np.array([2**31 + 5]), np.array([0, 1])), shape=(1, 2**31 + 10))
+    s = build(big, resolve("csr", 2), "big")
+    assert s.fmt.crd_width == 64 and s.buffers[1].dtype == np.int64
+    y = sc.einsum("ij->i", big)
+    assert_matches(y, np.array([1.0]))
