@@ -43,8 +43,14 @@ TABLE: dict[str, DType] = {
 SUPPORTED = tuple(TABLE)
 
 
+_BY_DTYPE = {np.dtype(name): row for name, row in TABLE.items()}
+
+
 def lookup(dtype, what: str = "operand") -> DType:
     """The table row for a numpy dtype (or anything ``np.dtype`` accepts)."""
+    row = _BY_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if row is not None:
+        return row
     try:
         name = np.dtype(dtype).name
     except TypeError:

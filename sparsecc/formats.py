@@ -10,6 +10,7 @@ dimension into a block coordinate and an offset inside the block.  Preset names
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field, replace
 
 from .errors import FormatError
@@ -19,6 +20,7 @@ LEVEL_PROPS = ("nonunique", "nonordered", "soa")
 PRESETS = ("dense", "csr", "csc", "coo", "dcsr", "dcsc", "csf", "bsr")
 
 
+@lru_cache(maxsize=None)
 def _split_level(level: str) -> tuple[str, tuple[str, ...]]:
     m = re.fullmatch(r"\s*(\w+)\s*(?:\(([^)]*)\))?\s*", level)
     if not m:
@@ -115,6 +117,9 @@ class Format:
         return end
 
     def fields(self) -> list[tuple[str, int]]:
+        return _fields(self)
+
+    def _fields(self) -> list[tuple[str, int]]:
         """The storage buffers in MLIR's order: ("pos" | "crd", level) ..., then ("val", -1).
 
         For an AoS COO segment, one ("crd", start) buffer holds the segment's coordinates
@@ -135,7 +140,7 @@ class Format:
         return out + [("val", -1)]
 
     def with_widths(self, pos: int, crd: int) -> "Format":
-        return replace(self, pos_width=self.pos_width or pos, crd_width=self.crd_width or crd)
+        return _with_widths(self, self.pos_width or pos, self.crd_width or crd)
 
     # --------------------------------------------------------------------- MLIR
     def encoding(self) -> str:
@@ -238,6 +243,16 @@ class Format:
             raise FormatError(f"{src!r}: every dimension must appear in exactly one level")
         return Format(tuple(types), tuple(order), None,
                       int(pw.group(1)) if pw else None, int(cw.group(1)) if cw else None)
+
+
+@lru_cache(maxsize=4096)
+def _with_widths(fmt: Format, pos: int, crd: int) -> Format:
+    return replace(fmt, pos_width=pos, crd_width=crd)
+
+
+@lru_cache(maxsize=4096)
+def _fields(fmt: Format) -> list[tuple[str, int]]:
+    return fmt._fields()
 
 
 def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:

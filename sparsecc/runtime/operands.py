@@ -18,6 +18,7 @@ from ..errors import FormatError, OperandError, ShapeError
 from ..formats import Format
 
 INT32_MAX = np.iinfo(np.int32).max
+_SAME = {"csr": Format.csr(), "csc": Format.csc()}    # SciPy layouts that pass through as they are
 
 
 @dataclass
@@ -101,7 +102,7 @@ def build(x, fmt: Format, what: str) -> Storage:
     # ---- zero-copy paths
     if sp.issparse(x) and x.ndim == 2:
         kind = x.format
-        same = {"csr": Format.csr(), "csc": Format.csc()}
+        same = _SAME
         if kind in same and fmt.levels == same[kind].levels and fmt.order == same[kind].order \
                 and fmt.block is None:
             if not x.has_canonical_format:
