@@ -188,7 +188,7 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             try:
                 with np.errstate(all="ignore"):
                     dt = np.asarray(fn(*args)).dtype
-            except TypeError as err:
+            except (TypeError, OverflowError) as err:
                 names = ", ".join(str(k) for k in kids)
                 what = e.fn if isinstance(e, Unary) else f"'{e.op}'"
                 raise DTypeError(f"{what} is not defined for {names} in numpy ({err})") from None

@@ -85,3 +85,18 @@ def test_unstored_entries_are_zero_for_non_zero_preserving_functions():
     one = sp.csr_array((np.array([2.0]), np.array([1]), np.array([0, 1, 1])), shape=(2, 3))
     got = sc.evaluate("Y[i,j] = exp(A[i,j])", A=one)
     assert_matches(got, np.exp(one.toarray()))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("fn", ["exp", "cos", "log", "sqrt", "tanh"])
+def test_functions_of_sparse_operands_every_float_dtype(fn, dtype):
+    """f(0) for unstored entries, as an absent-region constant of the right type (f32 -inf,
+    complex constants hoisted out of the loop body)."""
+    rng = np.random.default_rng(8)
+    M = random_sparse((5, 4), 0.4, dtype, rng, fmt="csr")
+    with np.errstate(all="ignore"):
+        want = getattr(np, fn)(M.toarray())
+    tol = 1e-4 if dtype in ("float32", "complex64") else 1e-10
+    got = sc.evaluate(f"Y[i,j] = {fn}(A[i,j])", A=M)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

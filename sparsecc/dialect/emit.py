@@ -14,6 +14,7 @@ Math functions inside a loop over a sparse operand are ``sparse_tensor.unary`` o
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,17 +63,19 @@ def _const_text(value, row: dt.DType) -> tuple[str, str]:
         return f"arith.constant {int(value.real if isinstance(value, complex) else value)} : {row.mlir}", row.mlir
     if row.kind == "float":
         v = float(value.real if isinstance(value, complex) else value)
-        return f"arith.constant {_float_lit(v)} : {row.mlir}", row.mlir
+        return f"arith.constant {_float_lit(v, row.mlir)} : {row.mlir}", row.mlir
     c = complex(value)
     part = row.mlir[8:-1]
-    return f"complex.constant [{_float_lit(c.real)} : {part}, {_float_lit(c.imag)} : {part}] : {row.mlir}", row.mlir
+    return (f"complex.constant [{_float_lit(c.real, part)} : {part}, {_float_lit(c.imag, part)} : {part}] "
+            f": {row.mlir}", row.mlir)
 
 
-def _float_lit(v: float) -> str:
-    if np.isnan(v):
-        return "0x7FF8000000000000"
-    if np.isinf(v):
-        return "0x7FF0000000000000" if v > 0 else "0xFFF0000000000000"
+def _float_lit(v: float, ty: str = "f64") -> str:
+    """A float literal; NaN and infinities as hex bit patterns of the type's width."""
+    if np.isnan(v) or np.isinf(v):
+        bits = np.array(v, dtype=np.float32 if ty == "f32" else np.float64)
+        return "0x" + bits.view(np.uint32 if ty == "f32" else np.uint64).item().to_bytes(
+            bits.itemsize, "big").hex().upper()
     return repr(float(v))
 
 
@@ -89,6 +92,7 @@ class _Body:
         self.node_dtypes = node_dtypes
         self.sparse_loop = sparse_loop
         self.args: dict[Access, str] = {}
+        self.hoisted: list[str] = []     # lines to place before the generic
 
     def fresh(self) -> str:
         self.n += 1
@@ -201,11 +205,17 @@ class _Body:
         y = apply(f"%p{self.n}", self.emit)
         present = self.lines + [f"sparse_tensor.yield {y} : {tout}"]
         absent: list[str] = []
-        if f0 != 0:
-            self.lines = []
-            c = self.emit(_const_text(f0.item(), row)[0])
-            absent = self.lines + [f"sparse_tensor.yield {c} : {tout}"]
         self.lines = outer
+        if f0 != 0:
+            # the absent region may only yield an arith.constant or a value defined outside
+            # the generic (complex.constant): hoist it in front of the generic
+            text = _const_text(f0.item(), row)[0]
+            if text.startswith("arith."):
+                c = self.emit(text)
+            else:
+                c = f"%absent{next(_hoist_ids)}"
+                self.hoisted.append(f"{c} = {text}")
+            absent = [f"sparse_tensor.yield {c} : {tout}"]
         v = self.fresh()
         ind = "\n        "
         self.lines.append(
@@ -216,6 +226,8 @@ class _Body:
 
 
 from ..expr import UNARY as UNARY_NP  # noqa: E402  (numpy meaning of each function)
+
+_hoist_ids = itertools.count()
 
 
 def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
@@ -415,6 +427,7 @@ class _Function:
         if red_idx:
             op = _ARITH["+"][row.kind]
             v = body.emit(f"{op} %acc, {v} : {_body_type(row)}")
+        self.lines.extend(body.hoisted)
         res = self.fresh("res")
         ind = "\n      "
         ins_text = f"ins({', '.join(in_vals)} : {', '.join(in_types)}) " if ins else ""

@@ -119,10 +119,12 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         except CompileError as first:
             # The sparsifier rejects (or crashes on) some fused expressions; the same
             # statement split into one generic per sparse operation often compiles.
+            if first.ir_path and os.path.exists(first.ir_path):
+                os.remove(first.ir_path)      # the report names the IR of the final attempt
             try:
                 mlir, sig, key, info = _build(stmt, fmts, dts, options, split=True)
-            except CompileError:
-                raise first from None
+            except CompileError as second:
+                raise second from None
         so, meta = cache.paths(key)
         n = _expected_args(sig, formats)
         if len(info["arg_types"]) != n:
