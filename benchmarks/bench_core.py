@@ -15,17 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.demo import random_rows
-
-
-def median(fn, repeat=9):
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
+from sparsecc.demo import median_time as median, random_rows
 
 
 def main():

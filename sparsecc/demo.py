@@ -8,7 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def _median_time(fn, repeat: int = 7) -> float:
+def median_time(fn, repeat: int = 7) -> float:
+    """Median wall time of ``fn`` over ``repeat`` calls, after one warm-up call."""
     fn()
     ts = []
     for _ in range(repeat):
@@ -77,8 +78,8 @@ def main(scale: float = 1.0) -> int:
         want = baseline()
         good = np.allclose(got, want, rtol=1e-9, atol=1e-9)
         ok &= good
-        t_ours = _median_time(lambda: k(*ops))
-        t_base = _median_time(baseline)
+        t_ours = median_time(lambda: k(*ops))
+        t_base = median_time(baseline)
         shape = f"{'x'.join(map(str, ops[0].shape))} / {ops[0].nnz}"
         print(f"{label}{shape:>22}{t_compile:>9.2f}s{t_ours * 1e3:>9.2f}ms{t_base * 1e3:>9.2f}ms"
               f"{t_ours / t_base:>7.2f}  {bname}{'' if good else '   MISMATCH'}")

@@ -75,10 +75,12 @@ def test_taco_rule_places_sum_at_smallest_subexpression():
 
 def test_einsum_and_notation_share_the_ir():
     e = parse_einsum("ij,j->i", 2)
-    n = parse_notation("out[i] = #0[i,j] * #1[j]") if False else None
+    n = parse_notation("out[i] = A[i,j] * x[j]")
     assert e == parse_einsum("ij,j->i", 2) and hash(e) == hash(parse_einsum("ij,j->i", 2))
     assert str(e) == "out[i] = sum[j]((T0[i,j] * T1[j]))"
-    assert n is None
+    # the same tree up to operand names
+    assert str(n).replace("A", "T0").replace("x", "T1") == str(e)
+    assert type(n.expr) is type(e.expr) and n.expr.indices == e.expr.indices
 
 
 def test_unstored_entries_are_zero_for_non_zero_preserving_functions():
