@@ -9,10 +9,8 @@ Prints median times and sparsecc/baseline ratios (below 1.0: sparsecc is faster)
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
-import scipy.sparse as sp
 
 import sparsecc as sc
 from sparsecc.demo import median_time as median, random_rows

@@ -66,15 +66,13 @@ def einsum(subscripts: str, *operands, formats=None, options: Options | None = N
 
     ``formats``: one format per operand (``None`` entries keep the operand's own).
     """
-    if looks_like_notation(subscripts) if isinstance(subscripts, str) else False:
+    if looks_like_notation(subscripts):
         raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
-    n = _einsum_arity(subscripts) if isinstance(subscripts, str) else 0
+    parse_einsum(subscripts, len(operands))   # subscript and operand-count errors, in einsum's terms
     if formats is not None:
         formats = tuple(formats)
         if len(formats) != len(operands):
             raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
-    elif isinstance(subscripts, str) and n != len(operands):
-        parse_einsum(subscripts, len(operands))   # raises the operand-count error
     return _kernel(subscripts, formats or (), {}, options)(*operands)
 
 

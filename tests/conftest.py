@@ -45,7 +45,7 @@ def dense_of(x):
     return x.toarray() if sp.issparse(x) else np.asarray(x)
 
 
-def assert_matches(got, want, dtype=None):
+def assert_matches(got, want):
     got = np.asarray(got)
     want = np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)

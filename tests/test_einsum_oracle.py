@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import sparsecc as sc
 from conftest import assert_matches, dense_of, random_dense, random_sparse
@@ -73,7 +72,7 @@ FAMILIES = {
 def _operands(subscripts, sparse, dtype, seed):
     rng = np.random.default_rng(seed)
     terms = subscripts.split("->")[0].split(",")
-    ops, formats = [], []
+    ops = []
     for k, t in enumerate(terms):
         shape = tuple(SIZES[c] for c in t)
         if k in sparse and t:

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import sparsecc as sc
 from sparsecc.expr import Binary, Reduce
 from sparsecc.parse import parse_einsum, parse_notation
-from conftest import assert_matches, random_dense, random_sparse
+from conftest import assert_matches, random_sparse
 
 rng0 = np.random.default_rng(5)
 A = random_sparse((6, 5), 0.4, np.float64, rng0, fmt="csr")

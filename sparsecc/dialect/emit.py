@@ -21,8 +21,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import DTypeError
-from ..expr import (Access, Binary, Const, Expr, Reduce, Statement, Unary, accesses, children,
-                    free_indices, infer_dtypes)
+from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
+from ..expr import (Access, Binary, Const, Expr, Reduce, Statement, Unary, accesses, free_indices,
+                    infer_dtypes)
 from ..formats import Format
 
 
@@ -163,12 +164,8 @@ class _Body:
 
     def unary(self, e: Unary, row: dt.DType) -> str:
         arg_row = _row(self.node_dtypes[e.arg])
-        if e.fn == "abs" and arg_row.kind == "complex":
-            in_row = arg_row
-        elif e.fn in ("abs", "neg") and row.kind in ("int", "bool"):
-            in_row = row
-        else:
-            in_row = row
+        # abs of a complex value is real; every other function computes in its result dtype
+        in_row = arg_row if e.fn == "abs" and arg_row.kind == "complex" else row
         x = self.value(e.arg, in_row)
         if e.fn == "abs" and row.kind == "bool":
             return x
@@ -224,8 +221,6 @@ class _Body:
             (f"{ind}  " + f"{ind}  ".join(absent) + f"{ind}" if absent else "") + "}")
         return v
 
-
-from ..expr import UNARY as UNARY_NP  # noqa: E402  (numpy meaning of each function)
 
 _hoist_ids = itertools.count()
 

@@ -8,6 +8,7 @@ specialization is compiled once per process (memory cache) and once per machine 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 from functools import lru_cache
@@ -22,8 +23,8 @@ from ..expr import Statement, accesses, describe, index_sizes, infer_dtypes
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from . import cache, compiler
-from .memref import describe as describe_array, descriptor_class, specifier
-from .operands import Storage, as_operand, build, default_format
+from .memref import describe as describe_array, specifier
+from .operands import as_operand, build, default_format
 
 
 @dataclass
@@ -52,13 +53,11 @@ class Compiled:
     mlir: str
     lib: ctypes.CDLL
     entry: object
-    n_args: int
     info_path: str
     _stages: dict | None = field(default=None, repr=False)
 
     def stages(self) -> dict:
         if self._stages is None:
-            import json
             with open(self.info_path) as f:
                 self._stages = json.load(f)["stages"]
         return self._stages
@@ -114,17 +113,17 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
             STATS.hits += 1
             return got
         fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+        built = None
         try:
-            mlir, sig, key, info = _build(stmt, fmts, dts, options, split=False)
+            built = _build(stmt, fmts, dts, options, split=False)
         except CompileError as first:
             # The sparsifier rejects (or crashes on) some fused expressions; the same
             # statement split into one generic per sparse operation often compiles.
             if first.ir_path and os.path.exists(first.ir_path):
-                os.remove(first.ir_path)      # the report names the IR of the final attempt
-            try:
-                mlir, sig, key, info = _build(stmt, fmts, dts, options, split=True)
-            except CompileError as second:
-                raise second from None
+                os.remove(first.ir_path)      # a failure reports the IR of the final attempt
+        if built is None:
+            built = _build(stmt, fmts, dts, options, split=True)
+        mlir, sig, key, info = built
         so, meta = cache.paths(key)
         n = _expected_args(sig, formats)
         if len(info["arg_types"]) != n:
@@ -134,7 +133,7 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         entry = lib.sparsecc_entry
         entry.restype = None
         entry.argtypes = [ctypes.c_void_p]
-        got = Compiled(key, sig, formats, mlir, lib, entry, n, meta)
+        got = Compiled(key, sig, formats, mlir, lib, entry, meta)
         _loaded[mem_key] = got
         return got
 

@@ -9,12 +9,13 @@ own are built here from its coordinates (a conversion of layout, not a computati
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import scipy.sparse as sp
 
 from .. import dtypes as dt
-from ..errors import FormatError, OperandError, ShapeError
+from ..errors import OperandError, ShapeError
 from ..formats import Format
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -76,15 +77,19 @@ def _coords(x) -> tuple[np.ndarray, np.ndarray]:
             c.sum_duplicates()
         coords = np.vstack([np.asarray(k) for k in c.coords]) if c.nnz else np.zeros((c.ndim, 0), np.int64)
         return coords, np.asarray(c.data)
-    a = np.asarray(x)
+    a = np.asarray(x)          # rank >= 1: rank-0 operands always run dense
     nz = np.nonzero(a)
-    coords = np.vstack(nz) if a.ndim else np.zeros((0, 1 if a != 0 else 0), np.int64)
-    return coords, a[nz]
+    return np.vstack(nz), a[nz]
+
+
+@lru_cache(maxsize=None)
+def _coo(rank: int) -> Format:
+    return Format.coo(rank)
 
 
 def _coo_fast(x, fmt: Format) -> bool:
-    return (sp.issparse(x) and x.format == "coo" and fmt == Format.coo(x.ndim)
-            and x.ndim >= 2 and x.has_canonical_format)
+    return (sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and fmt == _coo(x.ndim)
+            and x.has_canonical_format)
 
 
 def build(x, fmt: Format, what: str) -> Storage:
@@ -101,10 +106,8 @@ def build(x, fmt: Format, what: str) -> Storage:
                 raise ShapeError(f"{what} has shape {shape}, not divisible into blocks of {fmt.block}")
     # ---- zero-copy paths
     if sp.issparse(x) and x.ndim == 2:
-        kind = x.format
-        same = _SAME
-        if kind in same and fmt.levels == same[kind].levels and fmt.order == same[kind].order \
-                and fmt.block is None:
+        own = _SAME.get(x.format)
+        if own is not None and fmt.levels == own.levels and fmt.order == own.order and fmt.block is None:
             if not x.has_canonical_format:
                 x = x.copy()
                 x.sum_duplicates()    # sorts indices too
