@@ -2,9 +2,14 @@
 
 The function (``@kernel``) takes, in order: one ``index`` per index variable (its size), one
 tensor per operand (sparse operands carry their ``#sparse_tensor.encoding``; all dimensions
-are dynamic, so one compile serves every shape), and the dense output as a memref, which the
-kernel writes in place (``bufferization.materialize_in_destination``).  It returns nothing:
-a returned buffer would be cloned by the deallocation pipeline.
+are dynamic, so one compile serves every shape), and, for a dense result, the output as a
+memref, which the kernel writes in place (``bufferization.materialize_in_destination``).
+A sparse result is built by the kernel (insertion, or access-pattern expansion for
+SpGEMM-like loops) from a ``tensor.empty`` of the output encoding and returned: its buffers
+are allocated by the kernel and belong to the caller.
+
+Dense temporaries are ``memref.alloc``-ed and freed with ``memref.dealloc`` before the
+function returns (the pass pipeline runs no deallocation pass; see ``passes/pipeline.py``).
 
 Each reduction that is not the whole right-hand side becomes a ``linalg.generic`` of its own
 that fills a dense temporary; the rest of the statement is one more ``linalg.generic``.
@@ -35,6 +40,7 @@ class KernelSignature:
     operands: tuple[str, ...]             # operand names, in order
     out_rank: int
     out_dtype: str
+    out_format: Format | None = None      # None: dense output written in place
 
 
 _FLOAT_FN = {"abs": "math.absf", "sqrt": "math.sqrt", "exp": "math.exp", "log": "math.log",
@@ -232,11 +238,13 @@ def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
 
 
 def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, str],
-                name: str = "kernel", split: bool = False) -> tuple[str, KernelSignature]:
+                name: str = "kernel", split: bool = False,
+                out_format: Format | None = None) -> tuple[str, KernelSignature]:
     """MLIR text of the kernel and the signature the runtime calls it with.
 
     ``formats`` holds a resolved Format (index widths set) per operand; ``dtypes`` a numpy
-    dtype name per operand.  ``split``: give every operation below the root that reads a
+    dtype name per operand; ``out_format`` the (resolved) format of a sparse result, or
+    ``None`` for a dense one.  ``split``: give every operation below the root that reads a
     sparse operand a ``linalg.generic`` (and dense temporary) of its own - the retry when
     the sparsifier fails on the fused form.
     """
@@ -256,30 +264,39 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     types = {opname: _tensor_type(ranks[opname], dt.lookup(dtypes[opname]), encs.get(opname))
              for opname in stmt.operands}
     ssa = {opname: f"%arg{k}" for k, opname in enumerate(stmt.operands)}
-    out_type = _tensor_type(len(stmt.indices), out_row, None)
     params = [f"%size_{i}: index" for i in index_order]
     params += [f"{ssa[o]}: {types[o]}" for o in stmt.operands]
-    out_memref = "memref" + out_type[len("tensor"):]
-    params.append(f"%out_m: {out_memref}")
-
     fn = _Function(node_dtypes, encs, types, ssa)
-    fn.lines.append(f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
     expr = fn.materialize_inner_reductions(stmt.expr, split)
-    if isinstance(expr, Reduce):
-        res = fn.generic("%out", out_type, stmt.indices, expr.indices, expr.body, fn.node_dtypes[expr])
+    red = expr.indices if isinstance(expr, Reduce) else ()
+    body_expr = expr.body if isinstance(expr, Reduce) else expr
+    sparse_out = out_format is not None and not out_format.is_dense
+    if sparse_out:
+        aliases.append(f"#encout = {out_format.encoding()}")
+        out_type = _tensor_type(len(stmt.indices), out_row, "#encout")
+        sizes = ", ".join(f"%size_{i}" for i in stmt.indices)
+        fn.lines.append(f"%out = tensor.empty({sizes}) : {out_type}")
+        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False)
+        result, tail = f" -> {out_type}", [*fn.deallocs, f"return {res} : {out_type}"]
     else:
-        res = fn.generic("%out", out_type, stmt.indices, (), expr, fn.node_dtypes[expr])
-    body = "\n".join("    " + l for l in fn.lines)
+        out_type = _tensor_type(len(stmt.indices), out_row, None)
+        out_memref = "memref" + out_type[len("tensor"):]
+        params.append(f"%out_m: {out_memref}")
+        fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
+        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr])
+        result = ""
+        tail = [f"bufferization.materialize_in_destination {res} in restrict writable %out_m "
+                f": ({out_type}, {out_memref}) -> ()", *fn.deallocs, "return"]
+    body = "\n".join("    " + l for l in fn.lines + tail)
     text = "\n".join(aliases) + f"""
 module {{
-  func.func @{name}({', '.join(params)}) attributes {{ llvm.emit_c_interface }} {{
+  func.func @{name}({', '.join(params)}){result} attributes {{ llvm.emit_c_interface }} {{
 {body}
-    bufferization.materialize_in_destination {res} in restrict writable %out_m : ({out_type}, {out_memref}) -> ()
-    return
   }}
 }}
 """
-    sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out_row.name)
+    sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out_row.name,
+                          out_format if sparse_out else None)
     return text, sig
 
 
@@ -290,6 +307,7 @@ class _Function:
         self.types = dict(types)
         self.ssa = dict(ssa)
         self.lines: list[str] = []
+        self.deallocs: list[str] = []     # dense temporaries, freed before returning
         self.n = 0
 
     def fresh(self, stem: str) -> str:
@@ -331,8 +349,7 @@ class _Function:
         row = _row(self.node_dtypes[r])
         name = self.fresh("tmp")
         ttype = _tensor_type(len(free), row, None)
-        sizes = ", ".join(f"%size_{i}" for i in free)
-        self.lines.append(f"{name}_e = tensor.empty({sizes}) : {ttype}")
+        self.alloc(f"{name}_m", f"{name}_e", free, row)
         if isinstance(r, Reduce):
             res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r])
         else:
@@ -356,10 +373,9 @@ class _Function:
         mtype = "memref<" + "".join("?x" for _ in uniq) + bt + ">"
         ttype = _tensor_type(len(uniq), row, None)
         buf = self.fresh("diag")
-        sizes = ", ".join(f"%size_{i}" for i in uniq)
         z = self.fresh("zero")
         self.lines.append(f"{z} = {_const_text(0, row)[0]}")
-        self.lines.append(f"{buf} = memref.alloc({sizes}) : {mtype}")
+        self.alloc(buf, None, uniq, row)
         self.lines.append(f"linalg.fill ins({z} : {bt}) outs({buf} : {mtype})")
         c = [f"%c{k}" for k in range(rank)]
         conds = []
@@ -392,16 +408,31 @@ class _Function:
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
-    def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np) -> str:
+    def alloc(self, buf: str, tensor: str | None, idx, row: dt.DType) -> None:
+        """A dense temporary: ``memref.alloc`` (freed before returning), and as a tensor."""
+        mtype = "memref<" + "".join("?x" for _ in idx) + row.storage + ">"
+        sizes = ", ".join(f"%size_{i}" for i in idx)
+        self.lines.append(f"{buf} = memref.alloc({sizes}) : {mtype}")
+        self.deallocs.append(f"memref.dealloc {buf} : {mtype}")
+        if tensor:
+            self.lines.append(f"{tensor} = bufferization.to_tensor {buf} restrict writable : {mtype} "
+                              f"to {_tensor_type(len(idx), row, None)}")
+
+    def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np,
+                fill: bool = True) -> str:
+        """One ``linalg.generic`` computing ``body_expr`` (summed over ``red_idx``) into ``init``
+        (zero-filled first unless ``fill`` is False: a sparse output starts empty)."""
         row = _row(out_np)
         dims = list(out_idx) + [i for i in red_idx if i not in out_idx]
         d = {i: f"d{k}" for k, i in enumerate(dims)}
         domain = f"({', '.join(d[i] for i in dims)})"
-        zero_text, zt = _const_text(0, row)
-        z = self.fresh("zero")
-        self.lines.append(f"{z} = {zero_text}")
-        filled = self.fresh("init")
-        self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
+        filled = init
+        if fill:
+            zero_text, zt = _const_text(0, row)
+            z = self.fresh("zero")
+            self.lines.append(f"{z} = {zero_text}")
+            filled = self.fresh("init")
+            self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
         maps, in_vals, in_types = [], [], []

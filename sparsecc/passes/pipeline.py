@@ -4,8 +4,14 @@ Kernels go through two pipelines instead of MLIR's all-in-one ``sparsifier``:
 
 * ``sparsifier`` copies a dense output that the function receives as an argument instead of
   writing it in place, and it gives no hook between sparsification and lowering to LLVM;
-* the MLIR wheels abort the process on stores into ``i1`` memrefs (which sparse outputs
-  create); the split leaves room for the rewrite that avoids them (see toolchain notes).
+* the MLIR wheels abort the process on loads and stores of ``i1`` memrefs, which sparse
+  outputs create (the ``filled`` bitmap of access-pattern expansion): between the two
+  pipelines :func:`widen_i1_memrefs` retypes them to ``i8`` (see ``widen_i1.py``).
+
+Deallocation: the sparsifier frees what it allocates itself (expansion buffers, grown
+sparse buffers), and the emitter frees its own dense temporaries with explicit
+``memref.dealloc``.  MLIR's ``buffer-deallocation-pipeline`` cannot be used: it rejects the
+explicit deallocations the sparsifier emits for sparse outputs.
 
 Each entry is ``(pass, reason)``; an entry may be ``("func.func(...)", ...)`` to nest.
 """
@@ -17,12 +23,10 @@ SPARSIFY: tuple[tuple[str, str], ...] = (
     ("sparsification-and-bufferization",
      "sparsify every linalg.generic over encoded tensors, then one-shot bufferize; sparse "
      "tensors become pos/crd/value memrefs plus a storage specifier (codegen ABI: dynamic shapes)"),
-    ("buffer-deallocation-pipeline",
-     "free dense temporaries (reductions materialized between generics) before returning"),
     ("sparse-storage-specifier-to-llvm",
      "the storage specifier becomes an LLVM struct {lvlSizes[rank], memSizes[fields]}"),
     ("func.func(canonicalize)", "clean up after sparsification"),
-    ("func.func(expand-realloc)", "memref.realloc (growing sparse buffers) into alloc+copy"),
+    ("func.func(expand-realloc)", "memref.realloc (growing sparse output buffers) into alloc+copy+dealloc"),
     ("func.func(convert-linalg-to-loops)", "the remaining dense linalg ops (fills) become loops"),
     ("func.func(convert-vector-to-scf)", "vector transfers left by vectorization become loops"),
 )

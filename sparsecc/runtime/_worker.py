@@ -49,11 +49,14 @@ def compile_job(req: dict) -> dict:
 
     import llvmlite.binding as llb
 
+    from sparsecc.passes import widen_i1_memrefs
+
     stages: dict[str, str] = {}
     with ir.Context():
         module = ir.Module.parse(req["mlir"])
         stages["mlir"] = str(module)
         passmanager.PassManager.parse(req["sparsify"]).run(module.operation)
+        widen_i1_memrefs(module)
         stages["sparsified"] = str(module)
         passmanager.PassManager.parse(req["lower"]).run(module.operation)
         ciface = f"_mlir_ciface_{req['name']}"
