@@ -21,7 +21,11 @@ print(k.ir()[:400])                                          # the MLIR it emits
 y = sc.evaluate("y[i] = A[i,j] * x[j] + 2.5 * b[i]", A=A, x=x, b=b)
 assert np.allclose(y, A @ x + 2.5 * b)
 
+C = sc.einsum("ik,kj->ij", A, A.T)                          # sparse x sparse: a csr_array
+assert isinstance(C, sp.csr_array) and np.allclose(C.toarray(), (A @ A.T).toarray())
+
 T = sp.coo_array(np.arange(24.0).reshape(2, 3, 4) % 5 == 0).astype(float)   # an N-d COO tensor
 v = np.arange(4.0)
-assert np.allclose(sc.einsum("ijk,k->ij", T, v), np.einsum("ijk,k->ij", T.toarray(), v))
+R = sc.einsum("ijk,k->ij", T, v)                             # sparse: rows of T that store entries
+assert np.allclose(R.toarray(), np.einsum("ijk,k->ij", T.toarray(), v))
 print(sc.cache_info())

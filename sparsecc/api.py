@@ -14,12 +14,13 @@ def _einsum_arity(subscripts: str) -> int:
     return subscripts.split("->")[0].count(",") + 1
 
 
-def _kernel(expr: str, positional: tuple, named: dict, options: Options | None) -> Kernel:
+def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
+            out_format=None, prune: bool = False) -> Kernel:
     options = options or DEFAULT
     if not isinstance(options, Options):
         raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
     try:
-        key = (expr, positional, tuple(sorted(named.items())), options)
+        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune))
         k = _kernels.get(key)
     except TypeError:           # unhashable format objects: no memo
         key, k = None, None
@@ -45,23 +46,35 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None) 
         if positional and len(positional) != n:
             raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
         formats = dict(zip(stmt.operands, positional))
-    k = Kernel(stmt, formats, options, source=expr)
+    k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune)
     if key is not None:
         _kernels[key] = k
     return k
 
 
-def compile(expr: str, *formats, options: Options | None = None, **named_formats) -> Kernel:  # noqa: A001
+_OUT_DOC = """
+    ``out_format``: the result's format - ``"dense"`` (a NumPy array), ``"csr"``, ``"csc"``,
+    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"``, an MLIR map or a Format (a
+    SciPy array: csr/csc/bsr where SciPy has the layout, else an N-d coo_array).  ``None``
+    follows the pattern rules (docs/sparse-results.md): dense for rank 0/1 results and for
+    patterns dense in some dimension, else CSR (rank 2) or COO (rank 3+).
+    ``prune``: drop stored zeros from a sparse result (entries that cancel are kept otherwise).
+"""
+
+
+def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
+            **named_formats) -> Kernel:  # noqa: A001
     """A reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
     ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
     An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
     """
-    return _kernel(expr, tuple(formats), named_formats, options)
+    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune)
 
 
-def einsum(subscripts: str, *operands, formats=None, options: Options | None = None):
+def einsum(subscripts: str, *operands, formats=None, options: Options | None = None, out_format=None,
+           prune: bool = False):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     ``formats``: one format per operand (``None`` entries keep the operand's own).
@@ -73,14 +86,19 @@ def einsum(subscripts: str, *operands, formats=None, options: Options | None = N
         formats = tuple(formats)
         if len(formats) != len(operands):
             raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
-    return _kernel(subscripts, formats or (), {}, options)(*operands)
+    return _kernel(subscripts, formats or (), {}, options, out_format, prune)(*operands)
 
 
-def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None, **operands):
+def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None,
+             out_format=None, prune: bool = False, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``."""
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
-    return _kernel(statement, (), dict(formats or {}), options)(**operands)
+    return _kernel(statement, (), dict(formats or {}), options, out_format, prune)(**operands)
+
+
+for _f in (compile, einsum, evaluate):
+    _f.__doc__ += _OUT_DOC
 
 
 def cache_info() -> Stats:

@@ -46,7 +46,8 @@ def dense_of(x):
 
 
 def assert_matches(got, want):
-    got = np.asarray(got)
+    """Values equal (dtype included); a sparse result is compared on its dense copy."""
+    got = got.toarray() if sp.issparse(got) else np.asarray(got)
     want = np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)

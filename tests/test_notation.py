@@ -101,4 +101,7 @@ def test_functions_of_sparse_operands_every_float_dtype(fn, dtype):
     tol = 1e-4 if dtype in ("float32", "complex64") else 1e-10
     got = sc.evaluate(f"Y[i,j] = {fn}(A[i,j])", A=M)
     assert got.dtype == want.dtype
+    if fn in ("sqrt", "tanh"):      # f(0) == 0: the result keeps A's pattern (a csr_array)
+        assert sp.issparse(got)
+        got = got.toarray()
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

@@ -239,14 +239,16 @@ def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
 
 def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, str],
                 name: str = "kernel", split: bool = False,
-                out_format: Format | None = None) -> tuple[str, KernelSignature]:
+                out_format: Format | None = None, via: Format | None = None) -> tuple[str, KernelSignature]:
     """MLIR text of the kernel and the signature the runtime calls it with.
 
     ``formats`` holds a resolved Format (index widths set) per operand; ``dtypes`` a numpy
     dtype name per operand; ``out_format`` the (resolved) format of a sparse result, or
     ``None`` for a dense one.  ``split``: give every operation below the root that reads a
     sparse operand a ``linalg.generic`` (and dense temporary) of its own - the retry when
-    the sparsifier fails on the fused form.
+    the sparsifier fails on the fused form.  ``via``: build the sparse result in this format
+    first, then ``sparse_tensor.convert`` it to ``out_format`` (the retry when no loop order
+    can insert into ``out_format`` directly, e.g. a CSC sum of CSR operands).
     """
     node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
     out_row = _row(node_dtypes[stmt.expr])
@@ -275,9 +277,18 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         aliases.append(f"#encout = {out_format.encoding()}")
         out_type = _tensor_type(len(stmt.indices), out_row, "#encout")
         sizes = ", ".join(f"%size_{i}" for i in stmt.indices)
-        fn.lines.append(f"%out = tensor.empty({sizes}) : {out_type}")
-        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False)
-        result, tail = f" -> {out_type}", [*fn.deallocs, f"return {res} : {out_type}"]
+        build_type = out_type
+        if via is not None:
+            aliases.append(f"#encvia = {via.encoding()}")
+            build_type = _tensor_type(len(stmt.indices), out_row, "#encvia")
+        fn.lines.append(f"%out = tensor.empty({sizes}) : {build_type}")
+        res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False)
+        tail = []
+        if via is not None:
+            tail = [f"%converted = sparse_tensor.convert {res} : {build_type} to {out_type}",
+                    f"bufferization.dealloc_tensor {res} : {build_type}"]
+            res = "%converted"
+        result, tail = f" -> {out_type}", [*tail, *fn.deallocs, f"return {res} : {out_type}"]
     else:
         out_type = _tensor_type(len(stmt.indices), out_row, None)
         out_memref = "memref" + out_type[len("tensor"):]

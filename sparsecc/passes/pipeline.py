@@ -18,11 +18,37 @@ Each entry is ``(pass, reason)``; an entry may be ``("func.func(...)", ...)`` to
 
 from __future__ import annotations
 
-# MLIR with encoded tensors -> loops over memrefs
+# MLIR with encoded tensors -> loops over sparse buffers (dense values still tensors)
 SPARSIFY: tuple[tuple[str, str], ...] = (
-    ("sparsification-and-bufferization",
-     "sparsify every linalg.generic over encoded tensors, then one-shot bufferize; sparse "
-     "tensors become pos/crd/value memrefs plus a storage specifier (codegen ABI: dynamic shapes)"),
+    # MLIR's sparsification-and-bufferization mini-pipeline, spelled out: as a textual pass
+    # it cannot be told to free the sparse temporaries it makes (create-sparse-deallocs),
+    # and every transpose or format conversion inside a kernel then leaked its buffers.
+    ("pre-sparsification-rewrite", "fold and rewrite sparse ops into forms the sparsifier handles"),
+    ("func.func(empty-tensor-to-alloc-tensor)", "tensor.empty of the sparse result into an allocation"),
+    ("sparse-reinterpret-map{scope=all}",
+     "demap non-identity level maps (CSC, BSR blocks) so loops run over levels"),
+    ("sparsification{enable-runtime-library=false}",
+     "sparsify every linalg.generic over encoded tensors (loops over stored entries only); "
+     "may insert a conversion where no loop order fits (transposes)"),
+    ("func.func(stage-sparse-ops)", "split conversions and other complex sparse ops into stages"),
+    ("lower-sparse-ops-to-foreach{enable-runtime-library=false enable-convert=true}",
+     "conversions and the rest into sparse_tensor.foreach loops"),
+    ("sparse-reinterpret-map{scope=except-generic}", "demap what the previous step created"),
+    ("func.func(lower-sparse-foreach-to-scf)", "foreach loops into scf loops"),
+    ("loop-invariant-code-motion", "hoist invariant loads out of the sparse loops"),
+    ("sparse-tensor-codegen{create-sparse-deallocs=true}",
+     "sparse tensors become pos/crd/value memrefs plus a storage specifier (codegen ABI: "
+     "dynamic shapes); temporaries made by the sparsifier are freed"),
+    ("sparse-buffer-rewrite", "sort, push_back ... on buffers into code"),
+)
+
+# (between: restrict_to_tensor, see rewrites.py)
+
+# dense tensors -> memrefs
+BUFFERIZE: tuple[tuple[str, str], ...] = (
+    ("one-shot-bufferize{bufferize-function-boundaries=true "
+     "function-boundary-type-conversion=identity-layout-map unknown-type-conversion=identity-layout-map}",
+     "the remaining dense tensors into memrefs (the dense output is written in place)"),
     ("sparse-storage-specifier-to-llvm",
      "the storage specifier becomes an LLVM struct {lvlSizes[rank], memSizes[fields]}"),
     ("func.func(canonicalize)", "clean up after sparsification"),
@@ -30,6 +56,8 @@ SPARSIFY: tuple[tuple[str, str], ...] = (
     ("func.func(convert-linalg-to-loops)", "the remaining dense linalg ops (fills) become loops"),
     ("func.func(convert-vector-to-scf)", "vector transfers left by vectorization become loops"),
 )
+
+# (between: widen_i1_memrefs, see widen_i1.py)
 
 # loops over memrefs -> LLVM dialect
 LOWER_TO_LLVM: tuple[tuple[str, str], ...] = (
@@ -56,3 +84,27 @@ STAGES = ("mlir", "sparsified", "llvm-dialect", "llvm", "object")
 
 def pipeline_text(passes: tuple[tuple[str, str], ...]) -> str:
     return "builtin.module(" + ",".join(p for p, _ in passes) + ")"
+
+
+def fingerprint() -> str:
+    """Every pipeline and rewrite, as text: part of the cache key."""
+    from . import rewrites, widen_i1
+    return "\n".join([pipeline_text(SPARSIFY), rewrites.VERSION, pipeline_text(BUFFERIZE), widen_i1.VERSION,
+                      pipeline_text(LOWER_TO_LLVM)])
+
+
+def lower(module) -> dict[str, str]:
+    """Run every pipeline and rewrite on ``module`` (in place, inside the compile worker),
+    down to the LLVM dialect; returns the ``sparsified`` stage's text."""
+    from mlir import passmanager
+
+    from .rewrites import restrict_to_tensor
+    from .widen_i1 import widen_i1_memrefs
+
+    passmanager.PassManager.parse(pipeline_text(SPARSIFY)).run(module.operation)
+    restrict_to_tensor(module)
+    passmanager.PassManager.parse(pipeline_text(BUFFERIZE)).run(module.operation)
+    widen_i1_memrefs(module)
+    stages = {"sparsified": str(module)}
+    passmanager.PassManager.parse(pipeline_text(LOWER_TO_LLVM)).run(module.operation)
+    return stages

@@ -10,6 +10,8 @@ here: the memref types become ``i8``, stores get an ``arith.extui`` in front and
 
 from __future__ import annotations
 
+VERSION = "widen_i1_memrefs 1"
+
 
 def widen_i1_memrefs(module) -> int:
     """Rewrite ``module`` in place; returns how many values were retyped."""

@@ -44,21 +44,18 @@ def _packed_wrapper(module_text: str, ciface: str, types: list[str]) -> str:
 
 
 def compile_job(req: dict) -> dict:
-    from mlir import ir, passmanager
+    from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
     import llvmlite.binding as llb
 
-    from sparsecc.passes import widen_i1_memrefs
+    from sparsecc.passes import lower
 
     stages: dict[str, str] = {}
     with ir.Context():
         module = ir.Module.parse(req["mlir"])
         stages["mlir"] = str(module)
-        passmanager.PassManager.parse(req["sparsify"]).run(module.operation)
-        widen_i1_memrefs(module)
-        stages["sparsified"] = str(module)
-        passmanager.PassManager.parse(req["lower"]).run(module.operation)
+        stages.update(lower(module))
         ciface = f"_mlir_ciface_{req['name']}"
         types = None
         for op in module.body.operations:

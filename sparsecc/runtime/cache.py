@@ -37,8 +37,11 @@ def versions() -> str:
 
 
 def key_of(mlir: str, options_key: str) -> str:
+    """Versions, options, the pass pipelines (a changed pipeline is a different kernel) and
+    the MLIR text."""
+    from ..passes import fingerprint
     h = hashlib.sha256()
-    for part in (versions(), options_key, mlir):
+    for part in (versions(), options_key, fingerprint(), mlir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]

@@ -10,7 +10,6 @@ import tempfile
 import threading
 
 from ..errors import CompileError
-from ..passes import LOWER_TO_LLVM, SPARSIFY, pipeline_text
 
 _lock = threading.Lock()
 _worker: subprocess.Popen | None = None
@@ -46,8 +45,7 @@ def compile_library(mlir: str, out: str, *, opt_level: int = 3, cpu: str | None 
     Raises :class:`CompileError` (IR saved) when MLIR or LLVM reject the kernel or crash.
     """
     global _worker
-    req = {"mlir": mlir, "sparsify": pipeline_text(SPARSIFY), "lower": pipeline_text(LOWER_TO_LLVM),
-           "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
+    req = {"mlir": mlir, "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start()

@@ -18,13 +18,15 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dialect import KernelSignature, emit_kernel
-from ..errors import CompileError, OperandError, SparseccError
-from ..expr import Statement, accesses, describe, index_sizes, infer_dtypes
+from ..errors import CompileError, FormatError, OperandError, SparseccError
+from ..expr import Reduce, Statement, accesses, describe, index_sizes, infer_dtypes
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
+from ..patterns import check_sparse_result, default_result_format
 from . import cache, compiler
 from .memref import describe as describe_array, specifier
-from .operands import as_operand, build, default_format
+from .operands import INT32_MAX, as_operand, build, default_format
+from .results import new_result, wrap
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Compiled:
     key: str
     signature: KernelSignature
     formats: tuple[Format, ...]
+    out_format: Format | None
     mlir: str
     lib: ctypes.CDLL
     entry: object
@@ -75,14 +78,14 @@ def _dump(key: str, stages: dict) -> None:
 
 
 def _expected_args(sig: KernelSignature, formats) -> int:
-    n = len(sig.index_order) + 1          # sizes, output (written in place, not returned)
+    n = len(sig.index_order) + 1          # sizes, then the dense output or the sparse result's struct
     for f in formats:
         n += 1 if f.is_dense else len(f.fields()) + 1
     return n
 
 
-def _build(stmt, fmts, dts, options, split):
-    mlir, sig = emit_kernel(stmt, fmts, dts, split=split)
+def _build(stmt, fmts, dts, out_format, options, split, via=None):
+    mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
     key = cache.key_of(mlir, options.key())
     so, _ = cache.paths(key)
     info = cache.load(key)
@@ -99,8 +102,10 @@ def _build(stmt, fmts, dts, options, split):
 
 
 def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
-               options: Options) -> Compiled:
-    mem_key = (stmt, formats, dtypes, options)
+               options: Options, out_format: Format | None = None) -> Compiled:
+    """The loaded kernel for one specialization (``out_format``: a sparse result's format,
+    widths resolved; ``None`` for a dense result)."""
+    mem_key = (stmt, formats, dtypes, options, out_format)
     got = _loaded.get(mem_key)
     if got is not None:
         STATS.hits += 1
@@ -114,15 +119,32 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
             return got
         fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
         built = None
-        try:
-            built = _build(stmt, fmts, dts, options, split=False)
-        except CompileError as first:
-            # The sparsifier rejects (or crashes on) some fused expressions; the same
-            # statement split into one generic per sparse operation often compiles.
-            if first.ir_path and os.path.exists(first.ir_path):
-                os.remove(first.ir_path)      # a failure reports the IR of the final attempt
-        if built is None:
-            built = _build(stmt, fmts, dts, options, split=True)
+        # The sparsifier rejects (or crashes on) some fused expressions, and finds no loop
+        # order for some sparse results: retry split into one generic per sparse operation,
+        # then building the result in dimension order and converting it.
+        attempts = [(False, None), (True, None)]
+        if out_format is not None:
+            in_order = _in_dimension_order(out_format)
+            if isinstance(stmt.expr, Reduce):
+                # a contraction inserting in an order other than dimension order (CSR x CSR ->
+                # CSC) gets the inner-product loop order, which stores every entry: build it in
+                # dimension order (Gustavson's row-wise loops) and convert.  Never in an
+                # operand's order, for the same reason.
+                if in_order is not None:
+                    attempts = [(False, in_order), (True, in_order)]
+            else:
+                vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
+                attempts += [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None)
+                             for sp in (False, True)]
+        for k, (split, through) in enumerate(attempts):
+            try:
+                built = _build(stmt, fmts, dts, out_format, options, split, through)
+                break
+            except CompileError as err:
+                if k == len(attempts) - 1:
+                    raise
+                if err.ir_path and os.path.exists(err.ir_path):
+                    os.remove(err.ir_path)    # a failure reports the IR of the final attempt
         mlir, sig, key, info = built
         so, meta = cache.paths(key)
         n = _expected_args(sig, formats)
@@ -133,25 +155,84 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         entry = lib.sparsecc_entry
         entry.restype = None
         entry.argtypes = [ctypes.c_void_p]
-        got = Compiled(key, sig, formats, mlir, lib, entry, meta)
+        got = Compiled(key, sig, formats, out_format, mlir, lib, entry, meta)
         _loaded[mem_key] = got
         return got
+
+
+@lru_cache(maxsize=None)
+def _in_dimension_order(fmt: Format | None) -> Format | None:
+    """``fmt`` with its levels in dimension order (CSC -> CSR), or None if it already is."""
+    if fmt is None or fmt.block is not None or fmt.order == tuple(range(fmt.rank)):
+        return None
+    return Format(fmt.levels, None, None, fmt.pos_width, fmt.crd_width)
+
+
+_CSR = Format.csr()
+
+
+def _for_sparse_result(f: Format, contraction: bool) -> Format:
+    """The format an operand runs in when the result is sparse.  MLIR 22 fails on two kinds:
+    block-sparse operands (demapping the blocks leaves unresolved casts: run as CSR) and
+    dense levels below a sparse one (a transposed result from hybrid COO reads
+    uninitialized memory: run as COO over every dimension).  Operands of a contraction run
+    in dimension order (CSC as CSR), so that the loops are Gustavson's row-wise order and
+    never the inner-product order, which would store every entry of the result."""
+    if f.block is not None:
+        return _CSR
+    if contraction and not f.is_dense:
+        f = _in_dimension_order(f) or f
+    bases = [f.level_base(l) for l in range(len(f.levels))]
+    sparse_levels = [k for k, b in enumerate(bases) if b != "dense"]
+    if sparse_levels and "dense" in bases[sparse_levels[0]:]:
+        return _coo_of(f.rank)
+    return f
+
+
+@lru_cache(maxsize=None)
+def _coo_of(rank: int) -> Format:
+    return Format.coo(rank)
+
+
+def _orders_of_operands(stmt: Statement, formats: tuple[Format, ...], out: Format) -> list[Format]:
+    """``out`` with its levels in the order the sparse operands store the output's indices
+    (CSC * CSC -> CSR is built as CSC, then converted)."""
+    found = []
+    for a in accesses(stmt.expr):
+        f = formats[stmt.operands.index(a.tensor)]
+        if f.is_dense or f.block is not None:
+            continue
+        seq = [a.indices[d] for d in f.order if a.indices[d] in stmt.indices]
+        seq = list(dict.fromkeys(seq)) + [i for i in stmt.indices if i not in seq]
+        order = tuple(stmt.indices.index(i) for i in seq)
+        if order != out.order and all(order != g.order for g in found):
+            found.append(Format(out.levels, order, None, out.pos_width, out.crd_width))
+    return found
 
 
 class Kernel:
     """A compiled-on-demand kernel: ``k(A, x)`` (einsum) or ``k(A=A, x=x)`` (index notation)."""
 
     def __init__(self, stmt: Statement, formats: dict[str, object], options: Options = DEFAULT,
-                 source: str = ""):
+                 source: str = "", out_format=None, prune: bool = False):
         self.stmt = stmt
         self.formats = formats
         self.options = options
         self.source = source or str(stmt)
+        self.out_format = out_format
+        self.prune = bool(prune)
         self._ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
         self._last: Compiled | None = None
+        self._out_cache: dict = {}
         for name, spec in formats.items():
             if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == "bsr"):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
+        if out_format is not None:
+            if isinstance(out_format, str) and out_format.strip().lower() == "bsr":
+                raise FormatError("a BSR result needs a block size: out_format='bsr2x2' or sc.Format.bsr((2, 2))")
+            if not stmt.indices and not (isinstance(out_format, str) and out_format.strip().lower() == "dense"):
+                raise FormatError(f"'{self.source}' has a scalar result, which cannot be sparse")
+            resolve(out_format, len(stmt.indices), "the result")
 
     def __repr__(self):
         fm = ", ".join(f"{describe(n)}: {self.formats.get(n) or 'from operand'}" for n in self.stmt.operands)
@@ -195,6 +276,11 @@ class Kernel:
             own, block = default_format(x)
             spec = self.formats.get(name) or own
             fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
+        out_fmt = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense),
+                                      tuple(sizes[i] for i in self.stmt.indices))
+        if out_fmt is not None:
+            contraction = isinstance(self.stmt.expr, Reduce)
+            fmts = [_for_sparse_result(f, contraction) for f in fmts]
         stores = [build(x, f, describe(n)) for n, x, f in zip(self.stmt.operands, values, fmts)]
         out = _result_dtype(self.stmt, tuple(dtypes))
         if out.kind == "c":
@@ -204,15 +290,41 @@ class Kernel:
                 if not s.fmt.is_dense and s.buffers[-1].dtype != out:
                     s.buffers[-1] = s.buffers[-1].astype(out)
                     dtypes[k] = out.name
-        return stores, tuple(dtypes), sizes
+        return stores, tuple(dtypes), sizes, out_fmt
+
+    def _result_format(self, sparse: frozenset, shape: tuple[int, ...]) -> Format | None:
+        """The result's format for this call (``None``: dense), index widths resolved:
+        32-bit coordinates when every dimension fits, 32-bit positions when every entry could
+        be stored and still be counted in 32 bits."""
+        wide = (max(shape, default=0) > INT32_MAX, int(np.prod(shape, dtype=object)) > INT32_MAX)
+        k = (sparse, wide)
+        got = self._out_cache.get(k, False)
+        if got is not False:
+            return got
+        spec = self.out_format
+        if spec is None:
+            spec = default_result_format(self.stmt, sparse)
+        fmt = resolve(spec, len(self.stmt.indices), "the result")
+        if fmt.is_dense:
+            got = None
+        else:
+            check_sparse_result(self.stmt, sparse)
+            got = fmt.with_widths(64 if wide[1] else 32, 64 if wide[0] else 32)
+        self._out_cache[k] = got
+        return got
 
     def __call__(self, *args, **kwargs):
-        stores, dtypes, sizes = self._prepare(args, kwargs)
-        comp = specialize(self.stmt, tuple(s.fmt for s in stores), dtypes, self.options)
+        stores, dtypes, sizes, out_fmt = self._prepare(args, kwargs)
+        comp = specialize(self.stmt, tuple(s.fmt for s in stores), dtypes, self.options, out_fmt)
         self._last = comp
         sig = comp.signature
-        out = np.empty(tuple(sizes[i] for i in self.stmt.indices), dtype=sig.out_dtype)
+        shape = tuple(sizes[i] for i in self.stmt.indices)
         keep = []                                   # everything the call points into
+        if out_fmt is None:
+            out = np.empty(shape, dtype=sig.out_dtype)
+        else:
+            out = new_result(out_fmt)
+            keep.append(out)                        # the struct the kernel returns its storage in
         for i in sig.index_order:
             keep.append(ctypes.c_int64(sizes[i]))
         for s in stores:
@@ -221,10 +333,13 @@ class Kernel:
             else:
                 keep.extend(describe_array(b) for b in s.buffers)
                 keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
-        keep.append(describe_array(out))
+        if out_fmt is None:
+            keep.append(describe_array(out))
         argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
         comp.entry(argv)
         del keep, stores
+        if out_fmt is not None:
+            return wrap(out_fmt, shape, np.dtype(sig.out_dtype), out, self.prune)
         return out[()] if out.ndim == 0 else out
 
     # -------------------------------------------------------------- inspection
@@ -240,7 +355,8 @@ class Kernel:
             for n in self.stmt.operands:
                 spec = self.formats.get(n) or "dense"
                 fmts.append(resolve(spec, self._ranks[n], describe(n)).with_widths(32, 32))
-            comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options)
+            out = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense), ())
+            comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
         if stage == "mlir":
             return comp.mlir
         return comp.stages()[stage]

@@ -71,10 +71,11 @@ def _idx(a: np.ndarray, width: int) -> np.ndarray:
 def _coords(x) -> tuple[np.ndarray, np.ndarray]:
     """Canonical (sorted, duplicate-free) coordinates (rank x nnz) and values of any operand."""
     if sp.issparse(x):
+        if x.format == "coo" and not is_canonical_coo(x):
+            x = coalesce(x)
         c = x.tocoo()
-        if not c.has_canonical_format:
-            c = c.copy()
-            c.sum_duplicates()
+        if not is_canonical_coo(c):
+            c = coalesce(c)
         coords = np.vstack([np.asarray(k) for k in c.coords]) if c.nnz else np.zeros((c.ndim, 0), np.int64)
         return coords, np.asarray(c.data)
     a = np.asarray(x)          # rank >= 1: rank-0 operands always run dense
@@ -87,9 +88,45 @@ def _coo(rank: int) -> Format:
     return Format.coo(rank)
 
 
+def is_canonical_coo(x) -> bool:
+    """Sorted, duplicate-free coordinates?  SciPy's flag, or one vectorized O(nnz) pass
+    (a coo_array built from coordinates is flagged non-canonical even when it is)."""
+    if x.has_canonical_format:
+        return True
+    if x.nnz < 2:
+        return True
+    # lexicographic comparison of consecutive coordinates, dimension by dimension
+    greater = np.zeros(x.nnz - 1, dtype=bool)
+    equal = np.ones(x.nnz - 1, dtype=bool)
+    for c in x.coords:
+        c = np.asarray(c)
+        a, b = c[1:], c[:-1]
+        greater |= equal & (a > b)
+        equal &= a == b
+    return bool(greater.all())
+
+
+def coalesce(x):
+    """A canonical copy of a COO/CSR/CSC operand: duplicates summed, coordinates sorted.
+    (Matrices go through SciPy's CSR routines, O(nnz) plus a sort per row; N-d arrays
+    through one sort of the linearized coordinates.)  ``x`` itself is not modified."""
+    if x.ndim == 2:
+        c = sp.csr_array(x, copy=True) if x.format != "coo" else x.tocsr()
+        c.sum_duplicates()
+        return c.tocoo()
+    shape = tuple(int(s) for s in x.shape)
+    lin = np.ravel_multi_index(tuple(np.asarray(c, dtype=np.int64) for c in x.coords), shape)
+    uniq, inverse = np.unique(lin, return_inverse=True)
+    vals = np.zeros(uniq.size, dtype=x.dtype)
+    np.add.at(vals, inverse, x.data)
+    out = sp.coo_array((vals, np.unravel_index(uniq, shape)), shape=shape)
+    out.has_canonical_format = True
+    return out
+
+
 def _coo_fast(x, fmt: Format) -> bool:
     return (sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and fmt == _coo(x.ndim)
-            and x.has_canonical_format)
+            and is_canonical_coo(x))
 
 
 def build(x, fmt: Format, what: str) -> Storage:
@@ -133,6 +170,8 @@ def build(x, fmt: Format, what: str) -> Storage:
         return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                   np.ascontiguousarray(x.data).reshape(-1)],
                        [shape[0] // R, shape[1] // C, R, C])
+    if sp.issparse(x) and x.format == "coo" and fmt == _coo(x.ndim) and x.ndim >= 2:
+        return build(coalesce(x), fmt, what)      # canonical now: the zero-copy path above
     coords, vals = _coords(x)
     return _build_levels(fmt, shape, coords, np.ascontiguousarray(vals, dtype=row.numpy), what)
 

@@ -1,0 +1,179 @@
+"""Results out: the buffers of a sparse result, adopted by NumPy and wrapped as SciPy arrays.
+
+A kernel with a sparse result returns its storage (MLIR's codegen ABI): one memref per
+buffer (positions and coordinates per level, then values) and a specifier whose
+``mem_sizes`` give the used length of each buffer (the allocations are larger).  The kernel
+``malloc``-ed every buffer and the caller owns it: each becomes a NumPy array over the
+kernel's memory, without a copy, and libc ``free`` runs exactly once, when the last array
+viewing it is collected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from functools import lru_cache
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import dtypes as dt
+from ..formats import Format
+from .memref import descriptor_class, specifier_class
+
+_libc = ctypes.CDLL(None)
+_free = _libc.free
+_free.argtypes = [ctypes.c_void_p]
+_free.restype = None
+
+
+@lru_cache(maxsize=None)
+def result_class(nbuffers: int, nlevels: int) -> type:
+    """The struct a kernel returns a sparse tensor in: the buffers' memref descriptors,
+    then the storage specifier (MLIR packs multiple results into one struct)."""
+    fields = [(f"b{k}", descriptor_class(1)) for k in range(nbuffers)]
+    fields.append(("spec", specifier_class(nlevels, nbuffers)))
+    return type(f"SparseResult{nbuffers}x{nlevels}", (ctypes.Structure,), {"_fields_": fields})
+
+
+def new_result(fmt: Format):
+    return result_class(len(fmt.fields()), len(fmt.levels))()
+
+
+def _adopt(desc, n: int, dtype: np.dtype, freed: set) -> np.ndarray:
+    """The first ``n`` elements of a kernel-allocated buffer as an array that frees it."""
+    base = desc.allocated
+    if n == 0:
+        if base and base not in freed:
+            freed.add(base)
+            _free(base)
+        return np.empty(0, dtype)
+    ptr = desc.aligned + desc.offset * dtype.itemsize
+    raw = (ctypes.c_char * (n * dtype.itemsize)).from_address(ptr)
+    if base not in freed:          # one free per allocation, however many views
+        freed.add(base)
+        weakref.finalize(raw, _free, base)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def adopt_buffers(res, fmt: Format, dtype: np.dtype) -> tuple[list[np.ndarray], list[int]]:
+    """Every buffer of the returned sparse tensor, in field order, and its level sizes."""
+    spec = res.spec
+    freed: set = set()
+    out = []
+    for k, (kind, _) in enumerate(fmt.fields()):
+        if kind == "val":
+            t = dtype
+        else:
+            t = np.dtype(np.int32 if (fmt.pos_width if kind == "pos" else fmt.crd_width) == 32 else np.int64)
+        out.append(_adopt(getattr(res, f"b{k}"), int(spec.mem_sizes[k]), t, freed))
+    return out, list(spec.lvl_sizes)
+
+
+def level_coordinates(fmt: Format, bufs: list[np.ndarray], lvl_sizes: list[int]) -> list[np.ndarray]:
+    """The coordinate of every stored value, per level (the inverse of the level builder)."""
+    fields = {f: b for f, b in zip(fmt.fields(), bufs)}
+    aos = fmt.aos_coo_start()
+    coords: list[np.ndarray] = []       # per level, one entry per node of that level
+    nparent = 1
+    for l, size in enumerate(lvl_sizes):
+        base = fmt.level_base(l)
+        if base == "dense":
+            coords = [np.repeat(c, size) for c in coords]
+            coords.append(np.tile(np.arange(size, dtype=np.int64), nparent))
+            nparent *= size
+        elif base in ("compressed", "loose_compressed"):
+            pos = fields[("pos", l)].astype(np.int64)
+            if base == "compressed":
+                lo, hi = pos[:-1], pos[1:]
+            else:
+                lo, hi = pos[0::2], pos[1::2]
+            counts = hi - lo
+            crd = _crd(fields, fmt, aos, l)
+            # nodes in order; loose segments may leave gaps, so gather by position
+            idx = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
+            coords = [np.repeat(c, counts) for c in coords]
+            coords.append(crd[idx].astype(np.int64))
+            nparent = int(counts.sum())
+            coords_idx = idx
+        else:   # singleton: one coordinate per node of the level above
+            crd = _crd(fields, fmt, aos, l)
+            coords.append(crd[coords_idx].astype(np.int64))
+    return coords
+
+
+def _crd(fields, fmt: Format, aos, l: int) -> np.ndarray:
+    if aos is not None and aos <= l < fmt.aos_coo_end(aos):
+        width = len(fmt.levels) - aos
+        return fields[("crd", aos)].reshape(-1, width)[:, l - aos]
+    return fields[("crd", l)]
+
+
+def wrap(fmt: Format, shape: tuple[int, ...], dtype: np.dtype, res, prune: bool = False):
+    """A SciPy array over the returned buffers: csr/csc/bsr where SciPy has the layout
+    (no copy), otherwise an N-d coo_array with canonical coordinates."""
+    bufs, lvl_sizes = adopt_buffers(res, fmt, dtype)
+    out = _scipy(fmt, shape, bufs, lvl_sizes)
+    if prune:
+        out = _prune(out)
+    return out
+
+
+def _canonical(a):
+    if a.format in ("csr", "csc"):
+        a.has_sorted_indices = True
+    a.has_canonical_format = True
+    return a
+
+
+def _scipy(fmt: Format, shape, bufs, lvl_sizes):
+    dense, comp = "dense", "compressed"
+    if fmt.block is None and fmt.rank == 2 and fmt.levels in ((dense, comp), (comp, comp)):
+        if fmt.levels[0] == dense:
+            pos, crd, val = bufs
+        else:       # DCSR/DCSC: expand the stored rows into a row pointer (O(rows))
+            _, outer_crd, inner_pos, crd, val = bufs
+            counts = np.zeros(lvl_sizes[0], dtype=np.int64)
+            counts[outer_crd] = np.diff(inner_pos)
+            pos = np.concatenate([[0], np.cumsum(counts)]).astype(inner_pos.dtype)
+        cls = sp.csr_array if fmt.order == (0, 1) else sp.csc_array
+        return _canonical(cls((val, crd, pos), shape=shape))
+    if fmt.block is not None and fmt.levels == ("dense", "compressed", "dense", "dense") and fmt.order == (0, 1):
+        pos, crd, val = bufs
+        R, C = fmt.block
+        return _canonical(sp.bsr_array((val.reshape(-1, R, C), crd, pos), shape=shape))
+    coords = level_coordinates(fmt, bufs, lvl_sizes)
+    val = bufs[-1]
+    dims = [None] * fmt.rank
+    for (d, op, b), c in zip(fmt.level_dims(), coords):
+        if op == "floordiv":
+            dims[d] = c * b if dims[d] is None else dims[d] + c * b
+        elif op == "mod":
+            dims[d] = c if dims[d] is None else dims[d] + c
+        else:
+            dims[d] = c
+    idx = np.int32 if max(shape, default=0) <= np.iinfo(np.int32).max else np.int64
+    coo_like = fmt.block is None and fmt.order == tuple(range(fmt.rank)) and \
+        all(fmt.level_base(l) in ("compressed", "singleton") for l in range(len(fmt.levels)))
+    if not coo_like:   # levels out of dimension order, dense levels, blocks: sort to canonical
+        if val.size:
+            perm = np.lexsort(dims[::-1])
+            dims = [c[perm] for c in dims]
+            val = val[perm]
+    out = sp.coo_array((val, tuple(c.astype(idx, copy=False) for c in dims)), shape=shape)
+    return _canonical(out)
+
+
+def _prune(a):
+    """Drop stored zeros (a filter on the stored entries; values are not recomputed)."""
+    if a.format in ("csr", "csc", "bsr"):
+        a.eliminate_zeros()
+        return a
+    keep = a.data != 0
+    if keep.all():
+        return a
+    return _canonical(sp.coo_array((a.data[keep], tuple(c[keep] for c in a.coords)), shape=a.shape))
+
+
+def result_dtype(name: str) -> np.dtype:
+    return dt.lookup(name, "the result").numpy
