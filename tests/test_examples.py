@@ -7,9 +7,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_quickstart_example():
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py")], check=True,
-                   capture_output=True)
+import pytest
+
+
+@pytest.mark.parametrize("name", ["quickstart.py", "sparse_results.py"])
+def test_example(name):
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", name)], check=True, capture_output=True)
 
 
 def test_demo_small():
