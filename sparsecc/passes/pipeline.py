@@ -39,6 +39,7 @@ SPARSIFY: tuple[tuple[str, str], ...] = (
     ("sparse-tensor-codegen{create-sparse-deallocs=true}",
      "sparse tensors become pos/crd/value memrefs plus a storage specifier (codegen ABI: "
      "dynamic shapes); temporaries made by the sparsifier are freed"),
+    # (before this one: sort_algorithm heap_sort, see rewrites.py)
     ("sparse-buffer-rewrite", "sort, push_back ... on buffers into code"),
 )
 
@@ -98,10 +99,13 @@ def lower(module) -> dict[str, str]:
     down to the LLVM dialect; returns the ``sparsified`` stage's text."""
     from mlir import passmanager
 
-    from .rewrites import restrict_to_tensor
+    from .rewrites import restrict_to_tensor, sort_algorithm
     from .widen_i1 import widen_i1_memrefs
 
-    passmanager.PassManager.parse(pipeline_text(SPARSIFY)).run(module.operation)
+    cut = [p for p, _ in SPARSIFY].index("sparse-buffer-rewrite")
+    passmanager.PassManager.parse(pipeline_text(SPARSIFY[:cut])).run(module.operation)
+    sort_algorithm(module, "heap_sort")
+    passmanager.PassManager.parse(pipeline_text(SPARSIFY[cut:])).run(module.operation)
     restrict_to_tensor(module)
     passmanager.PassManager.parse(pipeline_text(BUFFERIZE)).run(module.operation)
     widen_i1_memrefs(module)
