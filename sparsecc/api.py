@@ -15,12 +15,12 @@ def _einsum_arity(subscripts: str) -> int:
 
 
 def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
-            out_format=None, prune: bool = False) -> Kernel:
+            out_format=None, prune: bool = False, check: bool = True) -> Kernel:
     options = options or DEFAULT
     if not isinstance(options, Options):
         raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
     try:
-        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune))
+        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check))
         k = _kernels.get(key)
     except TypeError:           # unhashable format objects: no memo
         key, k = None, None
@@ -46,7 +46,7 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
         if positional and len(positional) != n:
             raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
         formats = dict(zip(stmt.operands, positional))
-    k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune)
+    k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune, check=check)
     if key is not None:
         _kernels[key] = k
     return k
@@ -59,22 +59,25 @@ _OUT_DOC = """
     follows the pattern rules (docs/sparse-results.md): dense for rank 0/1 results and for
     patterns dense in some dimension, else CSR (rank 2) or COO (rank 3+).
     ``prune``: drop stored zeros from a sparse result (entries that cancel are kept otherwise).
+    ``check``: validate every operand's buffers before native code runs (index ranges, index
+    pointers, lengths; O(nnz), vectorized).  ``check=False`` skips it: unsafe, for trusted hot
+    loops only - a malformed operand is then a wild memory access.
 """
 
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
-            **named_formats) -> Kernel:  # noqa: A001
+            check: bool = True, **named_formats) -> Kernel:  # noqa: A001
     """A reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
     ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
     An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
     """
-    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune)
+    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check)
 
 
 def einsum(subscripts: str, *operands, formats=None, options: Options | None = None, out_format=None,
-           prune: bool = False):
+           prune: bool = False, check: bool = True):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     ``formats``: one format per operand (``None`` entries keep the operand's own).
@@ -86,15 +89,15 @@ def einsum(subscripts: str, *operands, formats=None, options: Options | None = N
         formats = tuple(formats)
         if len(formats) != len(operands):
             raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
-    return _kernel(subscripts, formats or (), {}, options, out_format, prune)(*operands)
+    return _kernel(subscripts, formats or (), {}, options, out_format, prune, check)(*operands)
 
 
 def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None,
-             out_format=None, prune: bool = False, **operands):
+             out_format=None, prune: bool = False, check: bool = True, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``."""
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
-    return _kernel(statement, (), dict(formats or {}), options, out_format, prune)(**operands)
+    return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(**operands)
 
 
 for _f in (compile, einsum, evaluate):

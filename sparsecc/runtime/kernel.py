@@ -27,6 +27,7 @@ from . import cache, compiler
 from .memref import describe as describe_array, specifier
 from .operands import INT32_MAX, as_operand, build, default_format
 from .results import new_result, wrap
+from .validate import validate
 
 
 @dataclass
@@ -214,13 +215,14 @@ class Kernel:
     """A compiled-on-demand kernel: ``k(A, x)`` (einsum) or ``k(A=A, x=x)`` (index notation)."""
 
     def __init__(self, stmt: Statement, formats: dict[str, object], options: Options = DEFAULT,
-                 source: str = "", out_format=None, prune: bool = False):
+                 source: str = "", out_format=None, prune: bool = False, check: bool = True):
         self.stmt = stmt
         self.formats = formats
         self.options = options
         self.source = source or str(stmt)
         self.out_format = out_format
         self.prune = bool(prune)
+        self.check = bool(check)        # validate operands before native code runs
         self._ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
         self._last: Compiled | None = None
         self._out_cache: dict = {}
@@ -265,6 +267,9 @@ class Kernel:
 
     def _prepare(self, args, kwargs):
         values = [as_operand(v, describe(n)) for n, v in zip(self.stmt.operands, self._bind(args, kwargs))]
+        if self.check:
+            for n, v in zip(self.stmt.operands, values):
+                validate(v, describe(n))
         shapes, dtypes, fmts = {}, [], []
         for name, x in zip(self.stmt.operands, values):
             what = describe(name)

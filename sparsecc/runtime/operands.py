@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from .. import dtypes as dt
 from ..errors import OperandError, ShapeError
 from ..formats import Format
+from .validate import check_widths
 
 INT32_MAX = np.iinfo(np.int32).max
 _SAME = {"csr": Format.csr(), "csc": Format.csc()}    # SciPy layouts that pass through as they are
@@ -131,6 +132,13 @@ def _coo_fast(x, fmt: Format) -> bool:
 
 def build(x, fmt: Format, what: str) -> Storage:
     """The buffers of operand ``x`` stored as ``fmt`` (block sizes resolved, widths free)."""
+    s = _storage(x, fmt, what)
+    if not s.fmt.is_dense:
+        check_widths(s.fmt, s.shape, s.buffers[-1].shape[0], what)
+    return s
+
+
+def _storage(x, fmt: Format, what: str) -> Storage:
     shape = tuple(int(s) for s in x.shape)
     row = dt.lookup(x.dtype, what)
     if fmt.is_dense:
@@ -171,7 +179,7 @@ def build(x, fmt: Format, what: str) -> Storage:
                                   np.ascontiguousarray(x.data).reshape(-1)],
                        [shape[0] // R, shape[1] // C, R, C])
     if sp.issparse(x) and x.format == "coo" and fmt == _coo(x.ndim) and x.ndim >= 2:
-        return build(coalesce(x), fmt, what)      # canonical now: the zero-copy path above
+        return _storage(coalesce(x), fmt, what)   # canonical now: the zero-copy path above
     coords, vals = _coords(x)
     return _build_levels(fmt, shape, coords, np.ascontiguousarray(vals, dtype=row.numpy), what)
 

@@ -1,0 +1,106 @@
+"""Validation of operands before native code runs.
+
+Generated code trusts its buffers: an out-of-range coordinate is a wild memory access.  Every
+check here is vectorized and O(nnz) at most, with one pass per index array where possible
+(a coordinate array viewed as unsigned makes ``0 <= c < n`` a single ``max``).  Failures raise
+:class:`~sparsecc.errors.OperandError` (a ``SparseccError`` and a ``ValueError``) naming the
+operand and the problem.  ``check=False`` on a kernel skips all of it (unsafe: for trusted
+hot loops only).
+
+Sortedness and uniqueness are not structural: COO is checked (and coalesced when needed) in
+``operands.py``; CSR/CSC/BSR rely on SciPy's ``has_canonical_format``, which SciPy computes
+from the arrays (O(nnz)) the first time it is asked and caches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import OperandError, ShapeError
+from ..formats import Format
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def _index_array(a, what: str, name: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim != 1:
+        raise OperandError(f"{what}: {name} must be one-dimensional, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise OperandError(f"{what}: {name} must hold integers, got {a.dtype}")
+    return a
+
+
+def _in_range(c: np.ndarray, n: int, what: str, name: str) -> None:
+    """Every value of ``c`` in ``[0, n)``: one pass (negative values are huge unsigned)."""
+    if c.size == 0:
+        return
+    u = c.view(np.dtype(f"u{c.dtype.itemsize}")) if c.dtype.kind == "i" else c
+    top = int(u.max())
+    if top >= n:
+        if c.dtype.kind == "i" and int(c.min()) < 0:
+            raise OperandError(f"{what}: {name} holds a negative index ({int(c.min())})")
+        raise OperandError(f"{what}: {name} holds index {top}, out of range for a dimension of size {n}")
+
+
+def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, kind: str) -> None:
+    indptr = _index_array(indptr, what, "indptr")
+    indices = _index_array(indices, what, "indices")
+    if indptr.size != n_outer + 1:
+        raise OperandError(f"{what}: indptr has {indptr.size} entries, expected {n_outer + 1} "
+                           f"(one per {kind} plus one)")
+    if indptr[0] != 0:
+        raise OperandError(f"{what}: indptr must start at 0, starts at {int(indptr[0])}")
+    if n_outer and np.any(indptr[1:] < indptr[:-1]):
+        k = int(np.argmax(indptr[1:] < indptr[:-1]))
+        raise OperandError(f"{what}: indptr decreases at {kind} {k} ({int(indptr[k])} -> {int(indptr[k + 1])})")
+    nnz = int(indptr[-1])
+    if nnz != indices.size:
+        raise OperandError(f"{what}: indptr ends at {nnz} but indices has {indices.size} entries")
+    if len(data) != nnz:
+        raise OperandError(f"{what}: indptr ends at {nnz} but data has {len(data)} entries")
+    _in_range(indices, n_inner, what, "indices")
+
+
+def validate(x, what: str) -> None:
+    """Raise OperandError if the buffers of a SciPy operand are inconsistent."""
+    if not sp.issparse(x):
+        return
+    shape = tuple(int(s) for s in x.shape)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"{what} has a negative dimension: {shape}")
+    f = x.format
+    if f in ("csr", "csc"):
+        if x.ndim != 2:
+            raise OperandError(f"{what}: a {f} array must be 2-D")
+        outer, inner = (shape[0], shape[1]) if f == "csr" else (shape[1], shape[0])
+        _compressed(x.indptr, x.indices, np.asarray(x.data), outer, inner, what,
+                    "row" if f == "csr" else "column")
+    elif f == "bsr":
+        R, C = (int(b) for b in x.blocksize)
+        if R < 1 or C < 1 or shape[0] % R or shape[1] % C:
+            raise OperandError(f"{what}: blocks of {R}x{C} do not tile the shape {shape}")
+        data = np.asarray(x.data)
+        if data.ndim != 3 or data.shape[1:] != (R, C):
+            raise OperandError(f"{what}: bsr data must have shape (nnz_blocks, {R}, {C}), got {data.shape}")
+        _compressed(x.indptr, x.indices, data, shape[0] // R, shape[1] // C, what, "block row")
+    elif f == "coo":
+        coords = [_index_array(c, what, f"coordinate array {k}") for k, c in enumerate(x.coords)]
+        if len(coords) != len(shape):
+            raise OperandError(f"{what}: {len(coords)} coordinate arrays for {len(shape)} dimensions")
+        n = len(np.asarray(x.data))
+        for k, c in enumerate(coords):
+            if c.size != n:
+                raise OperandError(f"{what}: coordinate array {k} has {c.size} entries, data has {n}")
+            _in_range(c, shape[k], what, f"coordinate array {k} (dimension {k})")
+
+
+def check_widths(fmt: Format, shape, nnz: int, what: str) -> None:
+    """A 32-bit index width must hold every coordinate and position."""
+    if fmt.crd_width == 32 and max(shape, default=0) > INT32_MAX:
+        raise OperandError(f"{what}: format {fmt} has 32-bit coordinates, but a dimension has "
+                           f"size {max(shape)} (> 2^31 - 1); use crd_width=64 or leave it unset")
+    if fmt.pos_width == 32 and nnz > INT32_MAX:
+        raise OperandError(f"{what}: format {fmt} has 32-bit positions, but {nnz} entries are stored "
+                           f"(> 2^31 - 1); use pos_width=64 or leave it unset")
