@@ -18,15 +18,15 @@ import traceback
 ENTRY = "sparsecc_entry"
 
 
-def _packed_wrapper(module_text: str, ciface: str, types: list[str]) -> str:
-    """``void sparsecc_entry(void **args)``: args[k] points at argument k.
+def _packed_wrapper(module_text: str, ciface: str, types: list[str], entry: str = ENTRY) -> str:
+    """``void <entry>(void **args)`` (default ``sparsecc_entry``): args[k] points at argument k.
 
     For a pointer argument (a memref descriptor) args[k] *is* that pointer; for anything
     else (sizes, the sparse storage specifier struct) args[k] points at the value.  Passing
     the specifier struct by value from C does not match LLVM's aggregate ABI, so C callers
     go through this wrapper.
     """
-    lines = [f"  llvm.func @{ENTRY}(%args: !llvm.ptr) attributes {{llvm.emit_c_interface}} {{"]
+    lines = [f"  llvm.func @{entry}(%args: !llvm.ptr) attributes {{llvm.emit_c_interface}} {{"]
     vals = []
     for k, t in enumerate(types):
         lines.append(f"    %p{k} = llvm.getelementptr %args[{k}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
@@ -63,7 +63,7 @@ def compile_job(req: dict) -> dict:
                 types = [str(a.type) for a in op.regions[0].blocks[0].arguments]
         if types is None:
             raise RuntimeError(f"no {ciface} after lowering")
-        module = ir.Module.parse(_packed_wrapper(str(module), ciface, types))
+        module = ir.Module.parse(_packed_wrapper(str(module), ciface, types, req.get("entry", ENTRY)))
         stages["llvm-dialect"] = str(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
 
@@ -71,6 +71,13 @@ def compile_job(req: dict) -> dict:
     llb.initialize_native_asmprinter()
     mod = llb.parse_assembly(llvm_ir)
     mod.verify()
+    # Only the packed entry is exported: every other function (the kernel, its C interface,
+    # the sparsifier's insert/sort helpers) becomes internal, so LLVM may inline them and
+    # several kernels can share one library without clashing symbols.
+    entry = req.get("entry", ENTRY)
+    for fn in mod.functions:
+        if not fn.is_declaration and fn.name != entry:
+            fn.linkage = "internal"
     cpu = req.get("cpu") or llb.get_host_cpu_name()
     features = llb.get_host_cpu_features().flatten() if not req.get("cpu") else ""
     tm = llb.Target.from_default_triple().create_target_machine(
@@ -82,6 +89,10 @@ def compile_job(req: dict) -> dict:
 
     out = req["out"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    if req.get("object_only"):          # ahead-of-time libraries link several objects later
+        with open(out, "wb") as f:
+            f.write(obj)
+        return {"ok": True, "stages": stages, "arg_types": types}
     with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
         o = os.path.join(tmp, "kernel.o")
         so = os.path.join(tmp, "kernel.so")

@@ -39,13 +39,17 @@ def _save_ir(mlir: str) -> str:
 
 
 def compile_library(mlir: str, out: str, *, opt_level: int = 3, cpu: str | None = None,
-                    name: str = "kernel", what: str = "kernel") -> dict:
+                    name: str = "kernel", what: str = "kernel", entry: str = "sparsecc_entry",
+                    object_only: bool = False) -> dict:
     """Compile ``mlir`` into the shared library ``out``; returns stages and the ABI.
+
+    ``entry``: the exported packed entry point; ``object_only``: write an object file
+    instead of linking a library (ahead-of-time builds link several).
 
     Raises :class:`CompileError` (IR saved) when MLIR or LLVM reject the kernel or crash.
     """
     global _worker
-    req = {"mlir": mlir, "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
+    req = {"mlir": mlir, "entry": entry, "object_only": object_only, "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start()

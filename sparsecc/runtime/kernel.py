@@ -88,18 +88,17 @@ def _expected_args(sig: KernelSignature, formats) -> int:
 def _build(stmt, fmts, dts, out_format, options, split, via=None):
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
     key = cache.key_of(mlir, options.key())
-    so, _ = cache.paths(key)
-    info = cache.load(key)
-    if info is None:
-        reply = compiler.compile_library(mlir, so, opt_level=options.opt_level, cpu=options.cpu,
+    entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
+    if entry is None:
+        out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
+        reply = compiler.compile_library(mlir, out, opt_level=options.opt_level, cpu=options.cpu,
                                          what=f"'{stmt}'")
-        info = {"stages": reply["stages"], "arg_types": reply["arg_types"]}
-        cache.store(key, info)
+        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
     else:
         STATS.disk_hits += 1
-    return mlir, sig, key, info
+    return mlir, sig, key, entry
 
 
 def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
@@ -119,46 +118,94 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
             STATS.hits += 1
             return got
         fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
-        built = None
-        # The sparsifier rejects (or crashes on) some fused expressions, and finds no loop
-        # order for some sparse results: retry split into one generic per sparse operation,
-        # then building the result in dimension order and converting it.
-        attempts = [(False, None), (True, None)]
-        if out_format is not None:
-            in_order = _in_dimension_order(out_format)
-            if isinstance(stmt.expr, Reduce):
-                # a contraction inserting in an order other than dimension order (CSR x CSR ->
-                # CSC) gets the inner-product loop order, which stores every entry: build it in
-                # dimension order (Gustavson's row-wise loops) and convert.  Never in an
-                # operand's order, for the same reason.
-                if in_order is not None:
-                    attempts = [(False, in_order), (True, in_order)]
-            else:
-                vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
-                attempts += [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None)
-                             for sp in (False, True)]
-        for k, (split, through) in enumerate(attempts):
-            try:
-                built = _build(stmt, fmts, dts, out_format, options, split, through)
-                break
-            except CompileError as err:
-                if k == len(attempts) - 1:
-                    raise
-                if err.ir_path and os.path.exists(err.ir_path):
-                    os.remove(err.ir_path)    # a failure reports the IR of the final attempt
-        mlir, sig, key, info = built
-        so, meta = cache.paths(key)
+        built = _first_that_compiles(
+            _attempts(stmt, formats, out_format),
+            lambda split, via: _build(stmt, fmts, dts, out_format, options, split, via))
+        mlir, sig, key, entry = built
+        info = entry.info
         n = _expected_args(sig, formats)
         if len(info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
-        lib = ctypes.CDLL(so)
-        entry = lib.sparsecc_entry
-        entry.restype = None
-        entry.argtypes = [ctypes.c_void_p]
-        got = Compiled(key, sig, formats, out_format, mlir, lib, entry, meta)
+        lib = cache.open_library(entry)   # exactly the bytes that were hashed
+        fn = lib.sparsecc_entry
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p]
+        got = Compiled(key, sig, formats, out_format, mlir, lib, fn, entry.meta)
         _loaded[mem_key] = got
         return got
+
+
+def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
+    """The (split, via) forms to try, in order.  The sparsifier rejects (or crashes on) some
+    fused expressions, and finds no loop order for some sparse results: retry split into one
+    generic per sparse operation, then building the result in dimension order (or an
+    operand's storage order) and converting it inside the kernel."""
+    attempts = [(False, None), (True, None)]
+    if out_format is None:
+        return attempts
+    in_order = _in_dimension_order(out_format)
+    if isinstance(stmt.expr, Reduce):
+        # a contraction inserting in an order other than dimension order (CSR x CSR -> CSC)
+        # gets the inner-product loop order, which stores every entry: build it in dimension
+        # order (Gustavson's row-wise loops) and convert.  Never in an operand's order, for
+        # the same reason.
+        return [(False, in_order), (True, in_order)] if in_order is not None else attempts
+    vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
+    return attempts + [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None) for sp in (False, True)]
+
+
+def _first_that_compiles(attempts, build):
+    for k, (split, via) in enumerate(attempts):
+        try:
+            return build(split, via)
+        except CompileError as err:
+            if k == len(attempts) - 1:
+                raise
+            if err.ir_path and os.path.exists(err.ir_path):
+                os.remove(err.ir_path)    # a failure reports the IR of the final attempt
+
+
+def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+                           options: Options, out_format: Format | None, obj_path: str,
+                           entry: str) -> KernelSignature:
+    """Compile one specialization into the object file ``obj_path`` exporting ``entry``
+    (ahead-of-time libraries; no cache).  Returns its signature."""
+    fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+
+    def build(split, via):
+        mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
+        reply = compiler.compile_library(mlir, obj_path, opt_level=options.opt_level, cpu=options.cpu,
+                                         what=f"'{stmt}'", entry=entry, object_only=True)
+        if len(reply["arg_types"]) != _expected_args(sig, formats):
+            raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
+        return sig
+    return _first_that_compiles(_attempts(stmt, formats, out_format), build)
+
+
+def result_format_for(k: "Kernel", formats: list[Format], width: int) -> tuple[Format | None, list[Format]]:
+    """The result format of kernel ``k`` with operands in ``formats`` and fixed index widths
+    (ahead-of-time builds), and the operand formats it then runs with."""
+    stmt = k.stmt
+    sparse = frozenset(n for n, f in zip(stmt.operands, formats) if not f.is_dense)
+    spec = k.out_format if k.out_format is not None else default_result_format(stmt, sparse)
+    fmt = resolve(spec, len(stmt.indices), "the result")
+    if fmt.is_dense:
+        return None, formats
+    check_sparse_result(stmt, sparse)
+    contraction = isinstance(stmt.expr, Reduce)
+    formats = [_for_sparse_result(f, contraction).with_widths(width, width) for f in formats]
+    return fmt.with_widths(width, width), formats
+
+
+def loaded_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+                          out_format: Format | None, lib, fn, path: str) -> dict:
+    """A kernel from an ahead-of-time library, keyed as ``Kernel.__call__`` looks it up."""
+    index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+    out = _result_dtype(stmt, dtypes)
+    sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out.name, out_format)
+    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "")
+    return {(formats, dtypes, out_format): comp}
 
 
 @lru_cache(maxsize=None)
@@ -226,6 +273,7 @@ class Kernel:
         self._ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
         self._last: Compiled | None = None
         self._out_cache: dict = {}
+        self._library: dict | None = None   # set by sc.aot.load: the only specializations
         for name, spec in formats.items():
             if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == "bsr"):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
@@ -320,7 +368,17 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         stores, dtypes, sizes, out_fmt = self._prepare(args, kwargs)
-        comp = specialize(self.stmt, tuple(s.fmt for s in stores), dtypes, self.options, out_fmt)
+        formats = tuple(s.fmt for s in stores)
+        if self._library is not None:
+            comp = self._library.get((formats, dtypes, out_fmt))
+            if comp is None:
+                (fm, dd, _), = self._library
+                raise OperandError(
+                    f"this ahead-of-time kernel '{self.source}' was built for operands "
+                    f"{', '.join(f'{f} {d}' for f, d in zip(fm, dd))}; got "
+                    f"{', '.join(f'{f} {d}' for f, d in zip(formats, dtypes))}")
+        else:
+            comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt)
         self._last = comp
         sig = comp.signature
         shape = tuple(sizes[i] for i in self.stmt.indices)
