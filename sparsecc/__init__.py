@@ -8,12 +8,13 @@ process at the first compile.
 
 __version__ = "0.1.0"
 
+from . import aot
 from .api import cache_info, compile, einsum, evaluate
 from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseError, ShapeError,
                      SparseccError)
 from .formats import Format
 from .options import Options
 
-__all__ = ["einsum", "evaluate", "compile", "cache_info", "Format", "Options", "SparseccError",
+__all__ = ["aot", "einsum", "evaluate", "compile", "cache_info", "Format", "Options", "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
            "__version__"]

@@ -1,0 +1,353 @@
+"""Ahead-of-time libraries: kernels compiled once into ``lib<name>.so`` + ``<name>.h`` +
+``<name>.json``, and a loader that runs them with only NumPy and SciPy.
+
+Each kernel becomes one object (its packed MLIR entry ``<name>_<kernel>_entry``, every other
+symbol internal) plus a C wrapper, generated here, that takes plain pointers and sizes,
+builds the memref descriptors and the storage specifier, and calls the entry.  The JSON
+manifest records each kernel's expression, formats, dtypes and result format; ``load`` parses
+the expression again (no MLIR involved) and calls the entries through the same operand
+validation and result wrapping as JIT kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import CompileError, FormatError, SparseccError
+from ..formats import Format, resolve
+
+MANIFEST_VERSION = 1
+_C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32": "int32_t",
+            "bool": "int8_t", "complex128": "double _Complex", "complex64": "float _Complex"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _index_c(width: int) -> str:
+    return "int32_t" if width == 32 else "int64_t"
+
+
+def _field_names(fmt: Format, op: str) -> list[tuple[str, str, str]]:
+    """(C name, C type, what it holds) of each buffer of a sparse operand, in field order."""
+    out = []
+    for kind, lvl in fmt.fields():
+        if kind == "pos":
+            out.append((f"{op}_pos{lvl}", _index_c(fmt.pos_width), f"positions of level {lvl}"))
+        elif kind == "crd":
+            out.append((f"{op}_crd{lvl}", _index_c(fmt.crd_width), f"coordinates of level {lvl}"))
+        else:
+            out.append((f"{op}_val", None, "values"))
+    return out
+
+
+def _level_size_exprs(fmt: Format, dims: list[str]) -> list[str]:
+    out = []
+    for d, op, b in fmt.level_dims():
+        out.append(dims[d] if not op else (f"({dims[d]} / {b})" if op == "floordiv" else str(b)))
+    return out
+
+
+def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
+    """(declaration with its documentation, definition) of one kernel's C entry point."""
+    fn = f"{lib}_{kname}"
+    idx = spec["index_order"]
+    params = [f"int64_t n_{i}" for i in idx]
+    doc = [f"/* {fn}: {spec['source']}", " *"]
+    body = [f"int {fn}({{PARAMS}}) {{", "    void *argv[64]; int k = 0;"]
+    out_fmt = Format.parse(spec["out_format"]) if spec["out_format"] else None
+    if out_fmt is not None:
+        body.append("    struct { memref1 b[%d]; struct { int64_t lvl[%d]; int64_t mem[%d]; } spec; } res;"
+                    % (len(out_fmt.fields()), len(out_fmt.levels), len(out_fmt.fields())))
+        body.append("    argv[k++] = &res;")
+    for i in idx:
+        body.append(f"    argv[k++] = &n_{i};")
+    for op in spec["operands"]:
+        name, fmt_text, dtype, indices = op["name"], op["format"], op["dtype"], op["indices"]
+        ct = _C_TYPES[dtype]
+        dims = [f"n_{i}" for i in indices]
+        shape = " x ".join(dims) or "scalar"
+        if fmt_text == "dense":
+            params.append(f"const {ct} *{name}")
+            doc.append(f" * {name}: dense {dtype} [{shape}], C order")
+            body.append(_descriptor(f"d_{name}", name, dims))
+            body.append(f"    argv[k++] = &d_{name};")
+            continue
+        fmt = Format.parse(fmt_text)
+        doc.append(f" * {name}: {op['format_name'] or 'sparse'} {dtype} [{shape}], levels {fmt.encoding()}")
+        fields = _field_names(fmt, name)
+        lvl = _level_size_exprs(fmt, dims)
+        for cname, ctype, what in fields:
+            t = ctype or ct
+            params += [f"const {t} *{cname}", f"int64_t {cname}_len"]
+            doc.append(f" *   {cname} ({t}, {cname}_len entries): {what}")
+            body.append(f"    memref1 d_{cname} = {{(void *){cname}, (void *){cname}, 0, {{{cname}_len}}, {{1}}}};")
+            body.append(f"    argv[k++] = &d_{cname};")
+        body.append(f"    struct {{ int64_t lvl[{len(lvl)}]; int64_t mem[{len(fields)}]; }} s_{name} = "
+                    f"{{{{{', '.join(lvl)}}}, {{{', '.join(f'{c}_len' for c, _, _ in fields)}}}}};")
+        body.append(f"    argv[k++] = &s_{name};")
+    out_ct = _C_TYPES[spec["out_dtype"]]
+    out_dims = [f"n_{i}" for i in spec["out_indices"]]
+    if out_fmt is None:
+        params.append(f"{out_ct} *out")
+        doc.append(f" * out: dense {spec['out_dtype']} [{' x '.join(out_dims) or 'scalar'}], C order, "
+                   "allocated by the caller, overwritten")
+        body.append(_descriptor("d_out", "out", out_dims))
+        body.append("    argv[k++] = &d_out;")
+        body.append(f"    {fn}_entry(argv);")
+    else:
+        params.append(f"{lib}_sparse_result *out")
+        names = [c for c, _, _ in _field_names(out_fmt, "out")]
+        doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
+        doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
+        doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
+        body.append(f"    {fn}_entry(argv);")
+        body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
+        for d, e in enumerate(out_dims):
+            body.append(f"    out->dims[{d}] = {e};")
+        body.append(f"    for (int b = 0; b < {len(names)}; b++) {{ out->buffers[b] = res.b[b].aligned; "
+                    "out->allocations[b] = res.b[b].allocated; out->lengths[b] = res.spec.mem[b]; }")
+        body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
+    doc.append(" * Returns 0.  Inputs are not validated: pass well-formed buffers (sc.aot.load validates).")
+    doc.append(" */")
+    body += ["    (void)k;", "    return 0;", "}"]
+    ptext = ", ".join(params)
+    decl = "\n".join(doc) + f"\nint {fn}({ptext});\n"
+    return decl, "\n".join(body).replace("{PARAMS}", ptext) + "\n"
+
+
+def _descriptor(var: str, ptr: str, dims: list[str]) -> str:
+    """A C memref descriptor over a C-ordered array of shape ``dims``."""
+    if not dims:
+        return f"    memref0 {var} = {{(void *){ptr}, (void *){ptr}, 0}};"
+    return (f"    memref{len(dims)} {var} = {{(void *){ptr}, (void *){ptr}, 0, {{{', '.join(dims)}}}, "
+            f"{{{', '.join(_strides(dims))}}}}};")
+
+
+def _strides(dims: list[str]) -> list[str]:
+    out = []
+    for k in range(len(dims)):
+        rest = dims[k + 1:]
+        out.append(" * ".join(rest) if rest else "1")
+    return out
+
+
+def _header(lib: str, decls: list[str]) -> str:
+    guard = f"{lib.upper()}_H"
+    return f"""/* {lib}.h: kernels compiled ahead of time by sparsecc.  Self-contained C (C99).
+ *
+ * Link with -l{lib} (lib{lib}.so depends only on libc and libm).  Every entry point takes
+ * the size of each index variable (n_i ...), then each operand's buffers, then the result.
+ * Sparse operands are passed as MLIR's level buffers (CSR: positions = row pointers,
+ * coordinates = column indices, then values), each with its length.
+ */
+#ifndef {guard}
+#define {guard}
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+/* A sparse result: buffers in MLIR's field order (positions and coordinates per level, then
+ * values), lengths[b] used entries each.  The kernel allocated them; free them all with
+ * {lib}_free_result(). */
+typedef struct {{
+    int32_t rank, nbuffers, nlevels;
+    int64_t dims[8];
+    int64_t lvl_sizes[16];
+    void *buffers[24];
+    int64_t lengths[24];
+    void *allocations[24];
+}} {lib}_sparse_result;
+
+void {lib}_free_result({lib}_sparse_result *r);
+
+{chr(10).join(decls)}
+#ifdef __cplusplus
+}}
+#endif
+
+#endif
+"""
+
+
+def _c_source(lib: str, names: list[str], defs: list[str]) -> str:
+    ranks = "".join(
+        f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
+        for r in range(1, 9))
+    entries = "".join(f"void {lib}_{n}_entry(void **args);\n" for n in names)
+    return f"""#include <stdint.h>
+#include <stdlib.h>
+#include "{lib}.h"
+
+typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
+{ranks}
+{entries}
+void {lib}_free_result({lib}_sparse_result *r) {{
+    for (int b = 0; b < r->nbuffers; b++) {{
+        int seen = 0;
+        for (int c = 0; c < b; c++) seen |= r->allocations[c] == r->allocations[b];
+        if (!seen) free(r->allocations[b]);
+        r->allocations[b] = 0; r->buffers[b] = 0;
+    }}
+    r->nbuffers = 0;
+}}
+
+{chr(10).join(defs)}"""
+
+
+# ----------------------------------------------------------------------------- build
+def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width: int = 32,
+          cpu: str | None = None, cc: str = "cc") -> str:
+    """Compile ``kernels`` (name -> ``sc.compile(...)`` kernel) into ``outdir/lib<name>.so``
+    with ``<name>.h`` and ``<name>.json``; returns the library's path.
+
+    Every operand of every kernel needs a format (no format is taken from an operand here).
+    ``dtype``: one dtype for every operand, or ``{kernel: (dtype per operand)}``.
+    ``index_width``: 32 or 64 bits for positions and coordinates.  ``cpu``: ``None`` for this
+    machine's CPU and features, or an LLVM CPU name (``"x86-64"`` for any x86-64 machine,
+    ``"x86-64-v3"``, ``"skylake"`` ...).
+    """
+    from .kernel import Kernel, compile_specialization, result_format_for
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise SparseccError(f"a library name is a C identifier, got {name!r}")
+    if index_width not in (32, 64):
+        raise SparseccError(f"index_width must be 32 or 64, got {index_width}")
+    if not kernels:
+        raise SparseccError("sc.aot.build needs at least one kernel")
+    os.makedirs(outdir, exist_ok=True)
+    manifest = {"version": MANIFEST_VERSION, "name": name, "kernels": {}}
+    decls, defs = [], []
+    with tempfile.TemporaryDirectory(prefix="sparsecc-aot-") as tmp:
+        objects = []
+        for kname, k in kernels.items():
+            if not isinstance(k, Kernel):
+                raise SparseccError(f"kernel {kname!r}: expected a kernel from sc.compile, got {type(k).__name__}")
+            if not _NAME.match(kname):
+                raise SparseccError(f"kernel name {kname!r} is not a C identifier")
+            stmt = k.stmt
+            dts = dtype.get(kname) if isinstance(dtype, dict) else (dtype,) * len(stmt.operands)
+            if dts is None or len(dts) != len(stmt.operands):
+                raise SparseccError(f"kernel {kname!r}: give one dtype per operand ({len(stmt.operands)})")
+            dts = tuple(dt.lookup(np.dtype(d), f"kernel {kname!r}").name for d in dts)
+            fmts = []
+            for op in stmt.operands:
+                spec = k.formats.get(op)
+                if spec is None:
+                    raise FormatError(f"kernel {kname!r}: operand {op!r} has no format; an ahead-of-time "
+                                      f"kernel needs one per operand (e.g. sc.compile(expr, 'csr', 'dense'))")
+                fmts.append(resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}")
+                            .with_widths(index_width, index_width))
+            out_fmt, fmts = result_format_for(k, fmts, index_width)
+            obj = os.path.join(tmp, f"{kname}.o")
+            comp = compile_specialization(stmt, tuple(fmts), dts, dataclasses.replace(k.options, cpu=cpu), out_fmt,
+                                          obj, entry=f"{name}_{kname}_entry")
+            objects.append(obj)
+            ops = []
+            accesses_of = {a.tensor: a.indices for a in _accesses(stmt)}
+            for op, f, d in zip(stmt.operands, fmts, dts):
+                ops.append({"name": op if not op.startswith("#") else f"arg{op[1:]}",
+                            "key": op, "format": "dense" if f.is_dense else f.encoding(),
+                            "format_name": f.name, "dtype": d, "indices": list(accesses_of[op])})
+            spec = {"source": k.source, "statement": str(stmt), "operands": ops,
+                    "index_order": list(comp.index_order), "out_indices": list(stmt.indices),
+                    "out_dtype": comp.out_dtype, "out_format": out_fmt.encoding() if out_fmt else None,
+                    "prune": k.prune, "entry": f"{name}_{kname}_entry"}
+            manifest["kernels"][kname] = spec
+            decl, definition = _c_kernel(name, kname, spec)
+            decls.append(decl)
+            defs.append(definition)
+        header = _header(name, decls)
+        with open(os.path.join(tmp, f"{name}.h"), "w") as f:
+            f.write(header)
+        src = os.path.join(tmp, f"{name}_abi.c")
+        with open(src, "w") as f:
+            f.write(_c_source(name, list(kernels), defs))
+        so_tmp = os.path.join(tmp, f"lib{name}.so")
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c99", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise CompileError(f"linking lib{name}.so failed:\n{r.stderr.strip()}", src)
+        for fname in (f"lib{name}.so", f"{name}.h"):
+            shutil.copyfile(os.path.join(tmp, fname), os.path.join(outdir, fname + ".tmp"))
+            os.replace(os.path.join(outdir, fname + ".tmp"), os.path.join(outdir, fname))
+    with open(os.path.join(outdir, f"{name}.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return os.path.join(outdir, f"lib{name}.so")
+
+
+def _accesses(stmt):
+    from ..expr import accesses
+    return accesses(stmt.expr)
+
+
+# ------------------------------------------------------------------------------ load
+class Library:
+    """A loaded ahead-of-time library: one attribute per kernel (``lib.spmv(A, x)``)."""
+
+    def __init__(self, path: str, manifest: dict, kernels: dict):
+        self.path = path
+        self.name = manifest["name"]
+        self._kernels = kernels
+        for k, v in kernels.items():
+            setattr(self, k, v)
+
+    def __repr__(self):
+        return f"<sparsecc.aot.Library {self.name} ({', '.join(self._kernels)}) from {self.path}>"
+
+    def __getitem__(self, k):
+        return self._kernels[k]
+
+
+def load(folder: str, name: str | None = None) -> Library:
+    """Load a library built by :func:`build` from ``folder``.  Imports neither MLIR nor
+    llvmlite: only the manifest, the expressions (parsed again) and ctypes."""
+    from ..parse import looks_like_notation, parse_einsum, parse_notation
+    from .kernel import Kernel, loaded_specialization
+    if name is None:
+        found = [f[:-5] for f in sorted(os.listdir(folder)) if f.endswith(".json")
+                 and os.path.exists(os.path.join(folder, f"lib{f[:-5]}.so"))]
+        if not found:
+            raise SparseccError(f"no sparsecc library (lib<name>.so with <name>.json) in {folder}")
+        if len(found) > 1:
+            raise SparseccError(f"{folder} holds {len(found)} sparsecc libraries ({', '.join(found)}); name one")
+        name = found[0]
+    try:
+        with open(os.path.join(folder, f"{name}.json")) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as err:
+        raise SparseccError(f"cannot read the manifest of library {name!r} in {folder}: {err}") from None
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise SparseccError(f"library {name!r} was built by another sparsecc (manifest version "
+                            f"{manifest.get('version')})")
+    path = os.path.abspath(os.path.join(folder, f"lib{name}.so"))
+    lib = ctypes.CDLL(path)
+    kernels = {}
+    for kname, spec in manifest["kernels"].items():
+        src = spec["source"]
+        if looks_like_notation(src):
+            stmt = parse_notation(src)
+        else:
+            stmt = parse_einsum(src, len(spec["operands"]))
+        fmts = tuple(Format.dense(len(o["indices"])) if o["format"] == "dense" else Format.parse(o["format"])
+                     for o in spec["operands"])
+        out_fmt = Format.parse(spec["out_format"]) if spec["out_format"] else None
+        fn = getattr(lib, spec["entry"])
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p]
+        k = Kernel(stmt, {o["key"]: f for o, f in zip(spec["operands"], fmts)}, source=src,
+                   out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
+        k._library = loaded_specialization(stmt, fmts, tuple(o["dtype"] for o in spec["operands"]),
+                                           out_fmt, lib, fn, path)
+        kernels[kname] = k
+    return Library(path, manifest, kernels)
