@@ -11,7 +11,9 @@ by the sparse operands read under some indices.  The rules (docs/sparse-results.
   refused when a sparse result is asked for, since the pattern would come from values
   (``f(0)``) rather than from the operands.
 
-Only the kind of each operand (sparse or dense) matters, never its values.
+A diagonal ``A[i,i]`` of a sparse operand counts as dense (the kernel extracts it into a
+dense vector first).  Only the kind of each operand (sparse or dense) matters, never its
+values.
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ def keeps_zero(fn: str) -> bool:
 def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
     """The pattern of ``e`` when the operands named in ``sparse`` are sparse."""
     if isinstance(e, Access):
-        return Pattern(False, frozenset(e.indices)) if e.tensor in sparse else FULL
+        if e.tensor in sparse and len(set(e.indices)) == len(e.indices):
+            return Pattern(False, frozenset(e.indices))
+        # dense operands, and diagonals of sparse ones (A[i,i]), which kernels read as a
+        # dense vector: every entry counts as stored
+        return FULL
     if isinstance(e, Const):
         return FULL
     if isinstance(e, Unary):
