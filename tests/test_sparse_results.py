@@ -326,3 +326,19 @@ def test_block_and_hybrid_operands_with_sparse_results():
     for a, b in itertools.product(["csr", "csc"], repeat=2):
         got = sc.einsum("ik,kj->ij", A, A.T, formats=[a, b], out_format="csc")
         assert_matches(got, (A @ A.T).toarray())
+
+
+@pytest.mark.parametrize("fmts", [("csr", "csr"), ("csc", "csc"), ("coo", "coo"), ("csr", "csc")])
+def test_transposed_contractions_store_the_boolean_product(fmts):
+    """A^T B and (A B)^T: operands are stored in Gustavson's loop order, never the
+    inner-product order (which stores every entry)."""
+    rng = np.random.default_rng(12)
+    A = random_sparse((7, 5), 0.2, "float64", rng, fmt="csr")
+    B = random_sparse((7, 6), 0.2, "float64", rng, fmt="csr")
+    got = sc.einsum("ij,ik->jk", A, B, formats=list(fmts), out_format="csr")
+    assert_matches(got, A.toarray().T @ B.toarray())
+    assert pattern(got) == pattern(ones_like(A).T @ ones_like(B))
+    C = random_sparse((5, 6), 0.3, "float64", rng, fmt="csr")
+    got = sc.einsum("ik,kj->ji", A, C, formats=list(fmts), out_format="coo")
+    assert_matches(got, (A.toarray() @ C.toarray()).T)
+    assert pattern(got) == pattern((ones_like(A) @ ones_like(C)).T)

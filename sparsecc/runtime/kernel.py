@@ -193,8 +193,9 @@ def result_format_for(k: "Kernel", formats: list[Format], width: int) -> tuple[F
     if fmt.is_dense:
         return None, formats
     check_sparse_result(stmt, sparse)
-    contraction = isinstance(stmt.expr, Reduce)
-    formats = [_for_sparse_result(f, contraction).with_widths(width, width) for f in formats]
+    orders = _row_wise_orders(stmt)
+    formats = [_for_sparse_result(f, orders.get(n)).with_widths(width, width)
+               for n, f in zip(stmt.operands, formats)]
     return fmt.with_widths(width, width), formats
 
 
@@ -219,22 +220,44 @@ def _in_dimension_order(fmt: Format | None) -> Format | None:
 _CSR = Format.csr()
 
 
-def _for_sparse_result(f: Format, contraction: bool) -> Format:
+def _for_sparse_result(f: Format, order: tuple[int, ...] | None) -> Format:
     """The format an operand runs in when the result is sparse.  MLIR 22 fails on two kinds:
     block-sparse operands (demapping the blocks leaves unresolved casts: run as CSR) and
     dense levels below a sparse one (a transposed result from hybrid COO reads
-    uninitialized memory: run as COO over every dimension).  Operands of a contraction run
-    in dimension order (CSC as CSR), so that the loops are Gustavson's row-wise order and
-    never the inner-product order, which would store every entry of the result."""
+    uninitialized memory: run as COO over every dimension).  Operands of a contraction are
+    stored in ``order`` (see :func:`_row_wise_orders`)."""
     if f.block is not None:
-        return _CSR
-    if contraction and not f.is_dense:
-        f = _in_dimension_order(f) or f
+        f = _CSR
+    if order is not None and not f.is_dense and f.order != order:
+        f = _reordered(f, order)
     bases = [f.level_base(l) for l in range(len(f.levels))]
     sparse_levels = [k for k, b in enumerate(bases) if b != "dense"]
     if sparse_levels and "dense" in bases[sparse_levels[0]:]:
         return _coo_of(f.rank)
     return f
+
+
+@lru_cache(maxsize=None)
+def _reordered(f: Format, order: tuple[int, ...]) -> Format:
+    return Format(f.levels, order, None, f.pos_width, f.crd_width)
+
+
+@lru_cache(maxsize=None)
+def _row_wise_orders(stmt: Statement) -> dict:
+    """For a contraction with a sparse result: the storage order of each operand that makes
+    Gustavson's loop order possible - the result's indices in order, with the summed indices
+    just before the last one (``ik,kj->ij``: i, k, j; ``ij,ik->jk``: j, i, k).  Any other
+    order leaves the sparsifier the inner-product order, which stores every entry."""
+    if not isinstance(stmt.expr, Reduce):
+        return {}
+    out = list(stmt.indices)
+    summed = [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices) if i not in out]
+    loop = out[:-1] + summed + out[-1:]
+    orders = {}
+    for a in accesses(stmt.expr):
+        if a.tensor not in orders and len(set(a.indices)) == len(a.indices):
+            orders[a.tensor] = tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
+    return orders
 
 
 @lru_cache(maxsize=None)
@@ -332,8 +355,8 @@ class Kernel:
         out_fmt = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense),
                                       tuple(sizes[i] for i in self.stmt.indices))
         if out_fmt is not None:
-            contraction = isinstance(self.stmt.expr, Reduce)
-            fmts = [_for_sparse_result(f, contraction) for f in fmts]
+            orders = _row_wise_orders(self.stmt)
+            fmts = [_for_sparse_result(f, orders.get(n)) for n, f in zip(self.stmt.operands, fmts)]
         stores = [build(x, f, describe(n)) for n, x, f in zip(self.stmt.operands, values, fmts)]
         out = _result_dtype(self.stmt, tuple(dtypes))
         if out.kind == "c":
