@@ -83,7 +83,7 @@ class Format:
 
     @property
     def is_dense(self) -> bool:
-        return self.block is None and all(_split_level(l)[0] == "dense" for l in self.levels)
+        return _is_dense(self)
 
     def level_base(self, l: int) -> str:
         return _split_level(self.levels[l])[0]
@@ -243,6 +243,11 @@ class Format:
             raise FormatError(f"{src!r}: every dimension must appear in exactly one level")
         return Format(tuple(types), tuple(order), None,
                       int(pw.group(1)) if pw else None, int(cw.group(1)) if cw else None)
+
+
+@lru_cache(maxsize=4096)
+def _is_dense(fmt: Format) -> bool:
+    return fmt.block is None and all(_split_level(l)[0] == "dense" for l in fmt.levels)
 
 
 @lru_cache(maxsize=4096)
