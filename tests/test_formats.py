@@ -64,3 +64,16 @@ def test_index_width_is_chosen_per_call():
     assert s.fmt.crd_width == 64 and s.buffers[1].dtype == np.int64
     y = sc.einsum("ij->i", big)
     assert_matches(y, np.array([1.0]))
+
+
+def test_bsr_coiterated_with_another_sparse_operand():
+    """Found by the property tests: MLIR mixed up coordinates of demapped BSR blocks
+    co-iterated with a CSF/COO operand; such BSR operands now run as CSR."""
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 0.0]]))
+    T = np.zeros((2, 2, 2)); T[0, 0, 0] = T[0, 1, 1] = 1.0
+    for other in ("csf", "coo"):
+        got = sc.einsum("jl,lij->i", A, sp.coo_array(T), formats=["bsr2x2", other])
+        np.testing.assert_array_equal(got, np.einsum("jl,lij->i", A.toarray(), T))
+    B = sp.csr_array(np.arange(36.0).reshape(6, 6))
+    got = sc.einsum("ij,ij->", B, B, formats=["bsr2x2", "bsr3x2"])     # block sizes differ
+    assert np.isclose(got, (B.toarray() ** 2).sum())
