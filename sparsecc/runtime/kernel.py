@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import threading
 from functools import lru_cache
@@ -383,7 +384,7 @@ class Kernel:
         """The result's format for this call (``None``: dense), index widths resolved:
         32-bit coordinates when every dimension fits, 32-bit positions when every entry could
         be stored and still be counted in 32 bits."""
-        wide = (max(shape, default=0) > INT32_MAX, int(np.prod(shape, dtype=object)) > INT32_MAX)
+        wide = (max(shape, default=0) > INT32_MAX, math.prod(shape) > INT32_MAX)
         k = (sparse, wide)
         got = self._out_cache.get(k, False)
         if got is not False:
