@@ -474,7 +474,7 @@ def test_one_kernel_serves_every_shape(case, data):
     try:
         k = sc.compile(case.subscripts, *case.formats(), out_format=case.out_format)
         got = k(*build_operands(case))
-    except sc.SparseccError as err:
+    except sc.SparseccError:
         assume(False)           # test_einsum_matches_numpy checks which refusals are right
     fixed = {c for o in case.operands if o.fmt.startswith("bsr") for c in o.term}   # block sizes
     sizes = tuple((c, n if c in fixed else data.draw(SIZES, label=c)) for c, n in case.sizes)

@@ -72,10 +72,8 @@ def _idx(a: np.ndarray, width: int) -> np.ndarray:
 def _coords(x) -> tuple[np.ndarray, np.ndarray]:
     """Canonical (sorted, duplicate-free) coordinates (rank x nnz) and values of any operand."""
     if sp.issparse(x):
-        if x.format == "coo" and not is_canonical_coo(x):
-            x = coalesce(x)
         c = x.tocoo()
-        if not is_canonical_coo(c):
+        if not is_canonical_coo(c):     # one check; coalescing happens on a copy
             c = coalesce(c)
         coords = np.vstack([np.asarray(k) for k in c.coords]) if c.nnz else np.zeros((c.ndim, 0), np.int64)
         return coords, np.asarray(c.data)

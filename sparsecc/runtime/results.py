@@ -17,7 +17,6 @@ from functools import lru_cache
 import numpy as np
 import scipy.sparse as sp
 
-from .. import dtypes as dt
 from ..formats import Format
 from .memref import descriptor_class, specifier_class
 
@@ -173,7 +172,3 @@ def _prune(a):
     if keep.all():
         return a
     return _canonical(sp.coo_array((a.data[keep], tuple(c[keep] for c in a.coords)), shape=a.shape))
-
-
-def result_dtype(name: str) -> np.dtype:
-    return dt.lookup(name, "the result").numpy
