@@ -1,0 +1,3 @@
+"""sparsecc.ops: elementwise."""
+
+__all__: list[str] = []

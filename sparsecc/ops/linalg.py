@@ -1,0 +1,3 @@
+"""sparsecc.ops: linalg."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""sparsecc.ops: reductions."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""sparsecc.ops: structural."""
+
+__all__: list[str] = []
