@@ -20,8 +20,30 @@ UNARY = {
     "asin": np.arcsin, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
     "ceil": np.ceil, "floor": np.floor,
 }
-BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}
-REDUCTIONS = ("sum",)
+BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+          "min": np.minimum, "max": np.maximum, "pow": np.power,
+          "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+          "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+          "xor": np.logical_xor,
+          # GraphBLAS's structural multiplies: 1, the left value, the right value
+          "pair": lambda a, b: np.ones(np.broadcast(a, b).shape, np.int64)[()],
+          "first": lambda a, b: a, "second": lambda a, b: b}
+#: binary ops written as functions in index notation: ``min(a, b)``
+BINARY_FUNCTIONS = ("min", "max", "pow", "pair", "first", "second")
+_LOGICAL = {"and": "land", "or": "lor", "xor": "lxor"}
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+#: ``sum`` has NumPy's meaning (every entry, unstored ones are zeros); the others are
+#: GraphBLAS monoids over *stored* entries: a point takes part only where every sparse
+#: operand of the body stores a value, and no contribution gives the identity (dense
+#: result) or no entry (sparse result).
+REDUCTIONS = ("sum", "plus", "times", "min", "max", "lor", "land")
+#: the NumPy function each monoid applies, and its identity per dtype kind
+MONOIDS = {
+    "sum": (np.add, 0), "plus": (np.add, 0), "times": (np.multiply, 1),
+    "min": (np.minimum, "+inf"), "max": (np.maximum, "-inf"),
+    "lor": (np.logical_or, False), "land": (np.logical_and, True),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +77,32 @@ class Reduce:
     body: "Expr"
 
 
-Expr = Union[Access, Const, Unary, Binary, Reduce]
+@dataclass(frozen=True, slots=True)
+class Where:
+    """``where(cond, a, b)``: NumPy's select."""
+
+    cond: "Expr"
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """The value of an index variable (``index(j)``), as int64."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """``stored(e)``: ``e`` only where every sparse operand read by ``e`` stores an entry
+    (GraphBLAS's rule: unstored entries are absent, not zero).  Elsewhere the result stores
+    nothing, whatever ``e`` of zero would be - so ``stored(exp(A[i,j]))`` keeps A's pattern."""
+
+    body: "Expr"
+
+
+Expr = Union[Access, Const, Unary, Binary, Reduce, Where, Index, Stored]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +133,15 @@ def show(e: Expr) -> str:
     if isinstance(e, Unary):
         return f"{e.fn}({show(e.arg)})"
     if isinstance(e, Binary):
+        if e.op in BINARY_FUNCTIONS or e.op in _LOGICAL:
+            return f"{_LOGICAL.get(e.op, e.op)}({show(e.left)}, {show(e.right)})"
         return f"({show(e.left)} {e.op} {show(e.right)})"
+    if isinstance(e, Where):
+        return f"where({show(e.cond)}, {show(e.left)}, {show(e.right)})"
+    if isinstance(e, Index):
+        return f"index({e.name})"
+    if isinstance(e, Stored):
+        return f"stored({show(e.body)})"
     return f"{e.op}[{','.join(e.indices)}]({show(e.body)})"
 
 
@@ -95,8 +150,10 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.arg,)
     if isinstance(e, Binary):
         return (e.left, e.right)
-    if isinstance(e, Reduce):
+    if isinstance(e, (Reduce, Stored)):
         return (e.body,)
+    if isinstance(e, Where):
+        return (e.cond, e.left, e.right)
     return ()
 
 
@@ -112,13 +169,23 @@ def used_indices(e: Expr) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for a in accesses(e):
         seen.update(dict.fromkeys(a.indices))
+    seen.update(dict.fromkeys(n.name for n in walk(e) if isinstance(n, Index)))
     return tuple(seen)
+
+
+def walk(e: Expr):
+    """Every node of ``e``, parents first."""
+    yield e
+    for c in children(e):
+        yield from walk(c)
 
 
 def free_indices(e: Expr) -> tuple[str, ...]:
     """Indices of ``e`` that a reduction inside it does not bind."""
     if isinstance(e, Access):
         return tuple(dict.fromkeys(e.indices))
+    if isinstance(e, Index):
+        return (e.name,)
     if isinstance(e, Reduce):
         return tuple(i for i in free_indices(e.body) if i not in e.indices)
     seen: dict[str, None] = {}
@@ -176,21 +243,28 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             dt = np.dtype(dtypes[e.tensor])
         elif isinstance(e, Const):
             dt = np.asarray(e.value).dtype
+        elif isinstance(e, Index):
+            dt = np.dtype(np.int64)
+        elif isinstance(e, Stored):
+            dt = visit(e.body)
         elif isinstance(e, Reduce):
             dt = visit(e.body)
+            if e.op in ("lor", "land"):
+                dt = np.dtype(bool)
         else:
             kids = [visit(c) for c in children(e)]
-            fn = UNARY[e.fn] if isinstance(e, Unary) else BINARY[e.op]
+            fn = (UNARY[e.fn] if isinstance(e, Unary) else
+                  (lambda c, a, b: np.where(c, a, b)) if isinstance(e, Where) else BINARY[e.op])
             args = [_dummy(k) for k in kids]
             # A constant operand is a weak Python scalar for numpy's promotion rules.
-            if isinstance(e, Binary):
+            if isinstance(e, (Binary, Where)):
                 args = [c.value if isinstance(c, Const) else a for c, a in zip(children(e), args)]
             try:
                 with np.errstate(all="ignore"):
                     dt = np.asarray(fn(*args)).dtype
             except (TypeError, OverflowError) as err:
                 names = ", ".join(str(k) for k in kids)
-                what = e.fn if isinstance(e, Unary) else f"'{e.op}'"
+                what = e.fn if isinstance(e, Unary) else "where" if isinstance(e, Where) else f"'{e.op}'"
                 raise DTypeError(f"{what} is not defined for {names} in numpy ({err})") from None
         out[e] = dt
         return dt

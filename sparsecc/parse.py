@@ -10,8 +10,13 @@ import re
 from functools import lru_cache
 
 from .errors import OperandError, ParseError
-from .expr import (REDUCTIONS, UNARY, Access, Binary, Const, Expr, Reduce, Statement, Unary,
-                   accesses, children, free_indices, used_indices)
+from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Expr, Index, Reduce,
+                   Statement, Stored, Unary, Where, accesses, children, free_indices, used_indices)
+
+#: functions of two arguments in index notation, and the IR op each is
+_FUNCTIONS2 = {"min": "min", "max": "max", "pow": "pow", "pair": "pair", "first": "first",
+               "second": "second", "land": "and", "lor": "or", "lxor": "xor"}
+_SPECIAL = ("where", "stored", "index")
 
 # ----------------------------------------------------------------------------- einsum
 
@@ -64,7 +69,7 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
 _TOKEN = re.compile(r"""
     (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?j?)
   | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op>[-+*/()\[\],=])
+  | (?P<op><=|>=|==|!=|[-+*/()\[\],=<>])
   | (?P<space>\s+)
   | (?P<bad>.)
 """, re.VERBOSE)
@@ -83,6 +88,7 @@ class _Parser:
             self.toks.append((kind, m.group(), m.start()))
         self.toks.append(("end", "", len(text)))
         self.k = 0
+        self.stored_depth = 0     # inside stored(...) or a monoid reduction: x / y[i] is exact
 
     def fail(self, msg: str, pos: int | None = None):
         pos = self.toks[self.k][2] if pos is None else pos
@@ -117,10 +123,28 @@ class _Parser:
         if len(set(idx)) != len(idx):
             self.fail(f"output index repeated in {name}[{','.join(idx)}]", 0)
         self.take("=")
-        expr = self.expr()
+        expr = self.comparison()
         if self.peek()[0] != "end":
             self.fail(f"unexpected {self.peek()[1]!r}")
         return name, idx, expr
+
+    def comparison(self) -> Expr:
+        e = self.expr()
+        if self.peek()[1] in COMPARISONS:
+            op = self.take()[1]
+            e = Binary(op, e, self.expr())
+        return e
+
+    def args(self, n: int, what: str, pos: int) -> list:
+        self.take("(")
+        out = [self.comparison()]
+        while self.peek()[1] == ",":
+            self.take(",")
+            out.append(self.comparison())
+        self.take(")")
+        if len(out) != n:
+            self.fail(f"{what} takes {n} argument(s), got {len(out)}", pos)
+        return out
 
     def expr(self) -> Expr:
         e = self.term()
@@ -134,8 +158,9 @@ class _Parser:
         while self.peek()[1] in ("*", "/"):
             _, op, pos = self.take()
             rhs = self.factor()
-            if op == "/" and free_indices(rhs):
-                self.fail("division is only by a scalar (a constant or a scalar operand); "
+            if op == "/" and free_indices(rhs) and not self.stored_depth:
+                self.fail("division is only by a scalar (a constant or a scalar operand), or inside "
+                          "stored(...), where only stored entries are divided; "
                           f"the divisor here has indices {','.join(free_indices(rhs))}", pos)
             e = Binary(op, e, rhs)
         return e
@@ -160,7 +185,7 @@ class _Parser:
             return Const(v)
         if val == "(":
             self.take("(")
-            e = self.expr()
+            e = self.comparison()
             self.take(")")
             return e
         if kind != "name":
@@ -168,10 +193,26 @@ class _Parser:
         self.take()
         nxt = self.peek()[1]
         if nxt == "(":
+            if val in _FUNCTIONS2:
+                a, b = self.args(2, val, pos)
+                return Binary(_FUNCTIONS2[val], a, b)
+            if val == "where":
+                return Where(*self.args(3, val, pos))
+            if val == "stored":
+                self.stored_depth += 1
+                body = self.args(1, val, pos)[0]
+                self.stored_depth -= 1
+                return Stored(body)
+            if val == "index":
+                self.take("(")
+                name = self.take(kind="name")[1]
+                self.take(")")
+                return Index(name)
             if val not in UNARY:
-                self.fail(f"unknown function {val!r}; known: {', '.join(sorted(UNARY))}", pos)
+                known = sorted(set(UNARY) | set(_FUNCTIONS2) | set(_SPECIAL))
+                self.fail(f"unknown function {val!r}; known: {', '.join(known)}", pos)
             self.take("(")
-            e = self.expr()
+            e = self.comparison()
             self.take(")")
             return Unary(val, e)
         if nxt == "[":
@@ -182,11 +223,13 @@ class _Parser:
                 if not idx:
                     self.fail(f"{val}[] names no index to reduce", pos)
                 self.take("(")
-                body = self.expr()
+                self.stored_depth += val != "sum"
+                body = self.comparison()
+                self.stored_depth -= val != "sum"
                 self.take(")")
                 return Reduce(val, idx, body)
             return Access(val, idx)
-        if val in UNARY or val in REDUCTIONS:
+        if val in UNARY or val in _FUNCTIONS2 or val in _SPECIAL:
             self.fail(f"{val!r} is a function; write {val}(...)", pos)
         return Access(val, ())
 

@@ -24,7 +24,8 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import FormatError
-from .expr import UNARY, Access, Binary, Const, Expr, Reduce, Statement, Unary, show, used_indices
+from .expr import (BINARY, UNARY, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary,
+                   Where, children, show, used_indices)
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,92 @@ def keeps_zero(fn: str) -> bool:
         return bool(UNARY[fn](np.float64(0.0)) == 0)
 
 
+def direct_accesses(e: Expr) -> list[Access]:
+    """The accesses of ``e`` outside nested reductions (those become dense temporaries)."""
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Reduce):
+        return []
+    return [a for c in children(e) for a in direct_accesses(c)]
+
+
+def stored_pattern(body: Expr, sparse: frozenset[str]) -> Pattern:
+    """The pattern of ``stored(body)``: the intersection of the sparse operands it reads."""
+    idx = [a.indices for a in direct_accesses(body)
+           if a.tensor in sparse and len(set(a.indices)) == len(a.indices)]
+    if not idx:
+        return FULL
+    return Pattern(False, frozenset(i for t in idx for i in t))
+
+
+_SAMPLES = (-2.5, -1.0, 0.5, 1.0, 3.0)
+
+
+@lru_cache(maxsize=None)
+def _zero_behaviour(op: str) -> tuple[bool, bool, bool]:
+    """(op(0, 0) != 0, op(0, y) == 0 for every y, op(x, 0) == 0 for every x) for ``op``."""
+    fn = BINARY[op]
+    with np.errstate(all="ignore"):
+        z = np.float64(0.0)
+        nonzero = bool(np.asarray(fn(z, z)) != 0)
+        left = all(bool(np.asarray(fn(z, np.float64(y))) == 0) for y in _SAMPLES)
+        right = all(bool(np.asarray(fn(np.float64(x), z)) == 0) for x in _SAMPLES)
+    return nonzero, left, right
+
+
+def _const_value(e: Expr):
+    return e.value if isinstance(e, Const) else None
+
+
+def _generic_binary(e: Binary, a: Pattern, b: Pattern) -> Pattern:
+    """Value semantics of any binary op, from how it treats zeros: entries where both sides
+    are unstored stay unstored iff ``op(0, 0) == 0``; a side that annihilates (``op(0, y)
+    == 0``) bounds the pattern by its own."""
+    fn = BINARY[e.op]
+    nonzero, left_kills, right_kills = _zero_behaviour(e.op)
+    why = a.why or b.why
+    for side, other, pat, kills, first in ((e.right, e.left, a, left_kills, True),
+                                           (e.left, e.right, b, right_kills, False)):
+        c = _const_value(side)
+        if c is not None:      # op with a constant: keeps the other side's pattern iff op(0, c) == 0
+            with np.errstate(all="ignore"):
+                v = fn(0, c) if first else fn(c, 0)
+            if bool(np.asarray(v) != 0):
+                return Pattern(True, why=why or f"'{show(e)}' is not 0 where {show(other)} is 0, so it stores "
+                                                f"a value at every entry")
+            return pat
+    if nonzero:
+        return Pattern(True, why=why or f"'{show(e)}' is not 0 where both sides are 0, so it stores a value "
+                                        f"at every entry")
+    sides = [p for p, kills in ((a, left_kills), (b, right_kills)) if kills and not p.full]
+    if sides:      # bounded by every annihilating sparse side
+        return Pattern(False, frozenset().union(*(p.indices for p in sides)))
+    if a.full or b.full:
+        return Pattern(True, why=why)
+    return Pattern(False, a.indices | b.indices)
+
+
 def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
     """The pattern of ``e`` when the operands named in ``sparse`` are sparse."""
+    if isinstance(e, Stored):
+        return stored_pattern(e.body, sparse)
+    if isinstance(e, Index):
+        return FULL
+    if isinstance(e, Where):
+        a, b = pattern_of(e.left, sparse), pattern_of(e.right, sparse)
+        why = a.why or b.why
+        for side in (e.left, e.right):
+            c = _const_value(side)
+            if c is not None and c != 0:
+                return Pattern(True, why=why or f"'{show(e)}' selects the constant {c!r}, so it stores a value "
+                                                f"at every entry")
+        if isinstance(e.left, Const):
+            return b
+        if isinstance(e.right, Const):
+            return a
+        if a.full or b.full:
+            return Pattern(True, why=why)
+        return Pattern(False, a.indices | b.indices)
     if isinstance(e, Access):
         if e.tensor in sparse and len(set(e.indices)) == len(e.indices):
             return Pattern(False, frozenset(e.indices))
@@ -61,10 +146,12 @@ def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
         return Pattern(True, why=f"{e.fn}(0) is not 0, so {show(e)} stores a value at every entry "
                                  f"where the operand stores none")
     if isinstance(e, Reduce):
-        p = pattern_of(e.body, sparse)
+        p = pattern_of(e.body, sparse) if e.op == "sum" else stored_pattern(e.body, sparse)
         return p if p.full else Pattern(False, p.indices - set(e.indices))
     assert isinstance(e, Binary)
     a, b = pattern_of(e.left, sparse), pattern_of(e.right, sparse)
+    if e.op not in ("+", "-", "*", "/"):
+        return _generic_binary(e, a, b)
     if e.op in "+-":
         if not a.full and not b.full:
             return Pattern(False, a.indices | b.indices)

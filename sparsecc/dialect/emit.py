@@ -27,8 +27,9 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
-from ..expr import (Access, Binary, Const, Expr, Reduce, Statement, Unary, accesses, free_indices,
-                    infer_dtypes)
+from ..expr import BINARY as BINARY_NP
+from ..expr import (COMPARISONS, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary,
+                    Where, accesses, free_indices, infer_dtypes)
 from ..formats import Format
 
 
@@ -56,6 +57,37 @@ _ARITH = {  # op -> kind -> MLIR op
     "*": {"float": "arith.mulf", "int": "arith.muli", "complex": "complex.mul", "bool": "arith.andi"},
     "/": {"float": "arith.divf", "complex": "complex.div"},
 }
+
+
+_NATIVE = ("+", "-", "*", "/")      # ops the sparsifier understands on its own (union/intersection)
+_MINMAX = {"min": {"float": "arith.minimumf", "int": "arith.minsi", "bool": "arith.minui"},
+           "max": {"float": "arith.maximumf", "int": "arith.maxsi", "bool": "arith.maxui"}}
+_CMP = {"float": {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"},
+        "int": {"<": "slt", "<=": "sle", ">": "sgt", ">=": "sge", "==": "eq", "!=": "ne"},
+        "bool": {"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge", "==": "eq", "!=": "ne"}}
+_LOGIC = {"and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"}
+#: a reduction's combining op per kind (``sum``/``plus`` use ``+``)
+_MONOID_OP = {"times": "*", "min": "min", "max": "max", "lor": "or", "land": "and"}
+_BOOL = dt.TABLE["bool"]
+
+
+def identity_of(op: str, row: dt.DType):
+    """The identity of reduction ``op`` in dtype ``row`` (a Python value)."""
+    if op in ("sum", "plus"):
+        return 0
+    if op == "times":
+        return 1
+    if op in ("lor", "land"):
+        return op == "land"
+    big = {"float": np.inf, "int": None, "bool": True}[row.kind] if row.kind != "complex" else None
+    if row.kind == "complex":
+        raise DTypeError(f"{op} of complex values is not defined")
+    if row.kind == "int":
+        info = np.iinfo(row.numpy)
+        return info.max if op == "min" else info.min
+    if row.kind == "bool":
+        return op == "min"
+    return big if op == "min" else -big
 
 
 def _row(np_dtype) -> dt.DType:
@@ -93,13 +125,60 @@ def _body_type(row: dt.DType) -> str:
 class _Body:
     """SSA lines of one ``linalg.generic`` body."""
 
-    def __init__(self, node_dtypes, sparse_loop: bool):
+    def __init__(self, node_dtypes, sparse_loop: bool, sparse_names=frozenset(), dims=None):
         self.lines: list[str] = []
         self.n = 0
         self.node_dtypes = node_dtypes
         self.sparse_loop = sparse_loop
+        self.sparse_names = sparse_names  # operands of this generic that are sparse
+        self.dims = dims or {}            # index name -> loop dimension
+        self.stored = False               # inside stored(...) or a monoid reduction's body
         self.args: dict[Access, str] = {}
         self.hoisted: list[str] = []     # lines to place before the generic
+
+    def sparse_in(self, e: Expr) -> bool:
+        return any(a.tensor in self.sparse_names for a in accesses(e))
+
+    def region(self, types: list[str], fn, out_type: str) -> list[str]:
+        """Lines of a ``sparse_tensor`` op region: block arguments of ``types``, the lines
+        ``fn(*args)`` emits, and a yield of what it returns."""
+        outer, self.lines = self.lines, []
+        names = []
+        for _ in types:
+            self.n += 1
+            names.append(f"%p{self.n}")
+        head = f"^bb0({', '.join(f'{n}: {t}' for n, t in zip(names, types))}):"
+        y = fn(*names)
+        body = [head] + self.lines + [f"sparse_tensor.yield {y} : {out_type}"]
+        self.lines = outer
+        return body
+
+    def sparse_op(self, head: str, regions: list[tuple[str, list[str] | None]]) -> str:
+        """Emit ``%v = <head> name={...} ...`` (a region of None is written as ``{}``)."""
+        v = self.fresh()
+        ind = "\n        "
+        text = f"{v} = {head}"
+        for name, lines in regions:
+            if lines:
+                text += f"{ind}{name}={{{ind}  " + f"{ind}  ".join(lines) + f"{ind}}}"
+            else:
+                text += f"{ind}{name}={{}}"
+        self.lines.append(text)
+        return v
+
+    def absent_constant(self, value, row: dt.DType) -> str:
+        """A constant an ``absent`` region may yield (defined outside the region)."""
+        text = _const_text(value, row)[0]
+        if text.startswith("arith."):
+            return self.emit(text)
+        c = f"%absent{next(_hoist_ids)}"
+        self.hoisted.append(f"{c} = {text}")
+        return c
+
+    def hoist_constant(self, value, row: dt.DType) -> str:
+        c = f"%hoisted{next(_hoist_ids)}"
+        self.hoisted.append(f"{c} = {_const_text(value, row)[0]}")
+        return c
 
     def fresh(self) -> str:
         self.n += 1
@@ -127,6 +206,8 @@ class _Body:
                 return self.emit(f"complex.create {r}, {i} : {dst.mlir}")
             zero = self.emit(f"arith.constant 0.0 : {part}")
             return self.emit(f"complex.create {re_}, {zero} : {dst.mlir}")
+        if d == "bool":
+            return self.to_bool(v, src)
         if s == "complex":
             raise DTypeError(f"cannot convert {src.name} to {dst.name}")
         st, dty = _body_type(src), _body_type(dst)
@@ -144,6 +225,22 @@ class _Body:
                 return self.emit(f"{op} {v} : {st} to {dty}")
         raise DTypeError(f"cannot convert {src.name} to {dst.name}")
 
+    def to_bool(self, v: str, src: dt.DType) -> str:
+        """``v != 0`` as a bool (``i8`` 0/1)."""
+        if src.kind == "complex":
+            part = src.mlir[8:-1]
+            z = self.emit(f"arith.constant 0.0 : {part}")
+            zc = self.emit(f"complex.create {z}, {z} : {src.mlir}")
+            b = self.emit(f"complex.neq {v}, {zc} : {src.mlir}")
+        elif src.kind == "float":
+            z = self.emit(f"arith.constant 0.0 : {src.mlir}")
+            b = self.emit(f"arith.cmpf une, {v}, {z} : {src.mlir}")
+        else:
+            t = _body_type(src)
+            z = self.emit(f"arith.constant 0 : {t}")
+            b = self.emit(f"arith.cmpi ne, {v}, {z} : {t}")
+        return self.emit(f"arith.extui {b} : i1 to i8")
+
     # ------------------------------------------------------------ expressions
     def value(self, e: Expr, want: dt.DType | None = None) -> str:
         row = _row(self.node_dtypes[e])
@@ -153,20 +250,147 @@ class _Body:
             return self.emit(text)
         if isinstance(e, Access):
             v = self.args[e]
+        elif isinstance(e, Index):
+            if e.name not in self.dims:
+                raise DTypeError(f"index({e.name}): '{e.name}' is not a loop index of this kernel")
+            i = self.emit(f"linalg.index {self.dims[e.name]} : index")
+            v = self.emit(f"arith.index_cast {i} : index to i64")
+        elif isinstance(e, Stored):
+            outer, self.stored = self.stored, True
+            v = self.value(e.body, row)
+            self.stored = outer
+        elif isinstance(e, Where):
+            v = self.where(e, row)
         elif isinstance(e, Binary):
-            kind = row.kind
-            # numpy computes a binary op in its result dtype; constants adopt it directly
-            a = self.value(e.left, row)
-            b = self.value(e.right, row)
-            ops = _ARITH[e.op]
-            if kind not in ops:
-                raise DTypeError(f"'{e.op}' on {row.name} is not supported")
-            v = self.emit(f"{ops[kind]} {a}, {b} : {_body_type(row)}")
+            v = self.binary(e, row)
         elif isinstance(e, Unary):
             v = self.unary(e, row)
         else:
             raise AssertionError(f"unexpected node {e}")
         return self.cast(v, row, want) if want is not None else v
+
+    def operand_rows(self, e: Binary, row: dt.DType) -> tuple[dt.DType | None, dt.DType | None]:
+        """The dtypes ``e``'s two sides are computed in (None: their own)."""
+        if e.op in _LOGIC:
+            return _BOOL, _BOOL
+        if e.op in ("pair", "first", "second"):
+            return None, None
+        if e.op in COMPARISONS:   # numpy compares in the promoted dtype; constants are weak
+            sides = [c.value if isinstance(c, Const) else self.node_dtypes[c] for c in (e.left, e.right)]
+            common = _row(np.result_type(*sides)) if not all(isinstance(c, Const) for c in (e.left, e.right)) \
+                else _row(np.result_type(*[self.node_dtypes[c] for c in (e.left, e.right)]))
+            return common, common
+        return row, row          # arithmetic: numpy computes in the result dtype
+
+    def apply(self, op: str, a: str, b: str, in_row: dt.DType | None, row: dt.DType,
+              rows: tuple[dt.DType, dt.DType] | None = None) -> str:
+        """``a op b`` on plain values (also inside regions)."""
+        k = (in_row or row).kind
+        bt = _body_type(in_row or row)
+        if op in _ARITH:
+            ops = _ARITH[op]
+            if k not in ops:
+                raise DTypeError(f"'{op}' on {row.name} is not supported")
+            return self.emit(f"{ops[k]} {a}, {b} : {bt}")
+        if op in _MINMAX:
+            if k not in _MINMAX[op]:
+                raise DTypeError(f"{op} of {row.name} values is not supported")
+            return self.emit(f"{_MINMAX[op][k]} {a}, {b} : {bt}")
+        if op == "pow":
+            if k == "float":
+                return self.emit(f"math.powf {a}, {b} : {bt}")
+            if k == "int":
+                return self.emit(f"math.ipowi {a}, {b} : {bt}")
+            if k == "complex":
+                return self.emit(f"complex.pow {a}, {b} : {bt}")
+            raise DTypeError(f"pow of {row.name} values is not supported")
+        if op in COMPARISONS:
+            if k == "complex":
+                if op not in ("==", "!="):
+                    raise DTypeError(f"'{op}' does not order complex values")
+                c = self.emit(f"complex.{'eq' if op == '==' else 'neq'} {a}, {b} : {bt}")
+            elif k == "float":
+                c = self.emit(f"arith.cmpf {_CMP[k][op]}, {a}, {b} : {bt}")
+            else:
+                c = self.emit(f"arith.cmpi {_CMP[k][op]}, {a}, {b} : {bt}")
+            return self.emit(f"arith.extui {c} : i1 to i8")
+        if op in _LOGIC:
+            return self.emit(f"{_LOGIC[op]} {a}, {b} : i8")
+        if op == "pair":
+            return self.emit(_const_text(1, row)[0])
+        src = rows[0] if op == "first" else rows[1]
+        return self.cast(a if op == "first" else b, src, row)
+
+    def binary(self, e: Binary, row: dt.DType) -> str:
+        lrow, rrow = self.operand_rows(e, row)
+        lr = lrow or _row(self.node_dtypes[e.left])
+        rr = rrow or _row(self.node_dtypes[e.right])
+        in_row = lrow if e.op not in ("pair", "first", "second") else None
+        rows = (lr, rr)
+        sl, sr = self.sparse_in(e.left), self.sparse_in(e.right)
+        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr))):
+            a, b = self.value(e.left, lrow), self.value(e.right, rrow)
+            return self.apply(e.op, a, b, in_row, row, rows)
+        # In a loop over a sparse operand: the op in the regions of sparse_tensor.binary/unary,
+        # which say what happens where a side stores nothing.
+        out_t = _body_type(row)
+        consts = [not accesses(c) and not any(isinstance(n, Index) for n in _nodes(c)) for c in (e.left, e.right)]
+        if any(consts) and not all(consts):
+            k = 0 if consts[1] else 1                      # the side with tensors
+            side, other = (e.left, e.right) if k == 0 else (e.right, e.left)
+            srow = rows[k]
+            x = self.value(side, srow)
+
+            def present(p):
+                c = self.value(other, rows[1 - k])
+                return self.apply(e.op, *((p, c) if k == 0 else (c, p)), in_row, row, rows)
+            absent = None
+            if not self.stored:
+                with np.errstate(all="ignore"):
+                    zero = np.zeros((), srow.numpy)
+                    cval = _fold(other)
+                    f0 = BINARY_NP[e.op](zero, cval) if k == 0 else BINARY_NP[e.op](cval, zero)
+                if np.asarray(f0) != 0:
+                    absent = [f"sparse_tensor.yield {self.absent_constant(np.asarray(f0).item(), row)} : {out_t}"]
+            return self.sparse_op(f"sparse_tensor.unary {x} : {_body_type(srow)} to {out_t}",
+                                  [("present", self.region([_body_type(srow)], present, out_t)),
+                                   ("absent", absent)])
+        a, b = self.value(e.left, lrow), self.value(e.right, rrow)
+        ta, tb = _body_type(lr), _body_type(rr)
+        overlap = self.region([ta, tb], lambda p, q: self.apply(e.op, p, q, in_row, row, rows), out_t)
+        left = right = None
+        if not self.stored:
+            with np.errstate(all="ignore"):
+                nonzero = bool(np.asarray(BINARY_NP[e.op](np.zeros((), lr.numpy), np.zeros((), rr.numpy))) != 0)
+            if nonzero:
+                # op(0, 0) != 0: every entry gets a value; read each sparse side densely
+                # (an absent entry is a 0) and combine where both are present, i.e. everywhere
+                a = self._densified(a, lr) if sl else a
+                b = self._densified(b, rr) if sr else b
+            else:
+                from ..patterns import _zero_behaviour
+                _, left_kills, right_kills = _zero_behaviour(e.op)
+                if not right_kills:
+                    left = self.region([ta], lambda p: self.apply(
+                        e.op, p, self.emit(_const_text(0, rr)[0]), in_row, row, rows), out_t)
+                if not left_kills:
+                    right = self.region([tb], lambda q: self.apply(
+                        e.op, self.emit(_const_text(0, lr)[0]), q, in_row, row, rows), out_t)
+        return self.sparse_op(f"sparse_tensor.binary {a}, {b} : {ta}, {tb} to {out_t}",
+                              [("overlap", overlap), ("left", left), ("right", right)])
+
+    def _densified(self, x: str, row: dt.DType) -> str:
+        t = _body_type(row)
+        zero = self.absent_constant(0, row)
+        return self.sparse_op(f"sparse_tensor.unary {x} : {t} to {t}",
+                              [("present", self.region([t], lambda p: p, t)),
+                               ("absent", [f"sparse_tensor.yield {zero} : {t}"])])
+
+    def where(self, e: Where, row: dt.DType) -> str:
+        c = self.value(e.cond, _BOOL)
+        a, b = self.value(e.left, row), self.value(e.right, row)
+        c1 = self.emit(f"arith.trunci {c} : i8 to i1")
+        return self.emit(f"arith.select {c1}, {a}, {b} : {_body_type(row)}")
 
     def unary(self, e: Unary, row: dt.DType) -> str:
         arg_row = _row(self.node_dtypes[e.arg])
@@ -209,7 +433,7 @@ class _Body:
         present = self.lines + [f"sparse_tensor.yield {y} : {tout}"]
         absent: list[str] = []
         self.lines = outer
-        if f0 != 0:
+        if f0 != 0 and not (self.stored and self.sparse_in(e.arg)):
             # the absent region may only yield an arith.constant or a value defined outside
             # the generic (complex.constant): hoist it in front of the generic
             text = _const_text(f0.item(), row)[0]
@@ -229,6 +453,27 @@ class _Body:
 
 
 _hoist_ids = itertools.count()
+
+
+def _nodes(e: Expr):
+    from ..expr import walk
+    return walk(e)
+
+
+def _fold(e: Expr):
+    """The value of a constant-only expression, as NumPy computes it."""
+    from ..expr import UNARY
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Unary):
+        return UNARY[e.fn](_fold(e.arg))
+    if isinstance(e, Binary):
+        return BINARY_NP[e.op](_fold(e.left), _fold(e.right))
+    if isinstance(e, Where):
+        return np.where(_fold(e.cond), _fold(e.left), _fold(e.right))
+    if isinstance(e, Stored):
+        return _fold(e.body)
+    raise AssertionError(e)
 
 
 def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
@@ -271,6 +516,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     fn = _Function(node_dtypes, encs, types, ssa)
     expr = fn.materialize_inner_reductions(stmt.expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
+    red_op = expr.op if isinstance(expr, Reduce) else "sum"
     body_expr = expr.body if isinstance(expr, Reduce) else expr
     sparse_out = out_format is not None and not out_format.is_dense
     if sparse_out:
@@ -282,7 +528,8 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
             aliases.append(f"#encvia = {via.encoding()}")
             build_type = _tensor_type(len(stmt.indices), out_row, "#encvia")
         fn.lines.append(f"%out = tensor.empty({sizes}) : {build_type}")
-        res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False)
+        res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False,
+                         red_op=red_op)
         tail = []
         if via is not None:
             tail = [f"%converted = sparse_tensor.convert {res} : {build_type} to {out_type}",
@@ -294,7 +541,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         out_memref = "memref" + out_type[len("tensor"):]
         params.append(f"%out_m: {out_memref}")
         fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
-        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr])
+        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op)
         result = ""
         tail = [f"bufferization.materialize_in_destination {res} in restrict writable %out_m "
                 f": ({out_type}, {out_memref}) -> ()", *fn.deallocs, "return"]
@@ -336,18 +583,27 @@ class _Function:
                 if node.tensor in self.encs and len(set(node.indices)) != len(node.indices):
                     return self.diagonal(node)
                 return node
-            if isinstance(node, Const):
+            if isinstance(node, (Const, Index)):
                 return node
             if isinstance(node, Unary):
                 new = Unary(node.fn, visit(node.arg, False))
             elif isinstance(node, Binary):
                 new = Binary(node.op, visit(node.left, False), visit(node.right, False))
+            elif isinstance(node, Where):
+                kids = [visit(c, False) for c in (node.cond, node.left, node.right)]
+                # the sparsifier has no select over sparse values: read such sides from dense
+                # temporaries (the select itself then runs on dense values)
+                kids = [self.temporary(c) if any(a.tensor in self.encs for a in accesses(c)) else c
+                        for c in kids]
+                new = Where(*kids)
+            elif isinstance(node, Stored):
+                new = Stored(visit(node.body, root))
             else:
                 new = Reduce(node.op, node.indices, visit(node.body, False))
             self._retype(node, new)
             if isinstance(new, Reduce) and not root:
                 return self.temporary(new)
-            if split and not root and any(a.tensor in self.encs for a in accesses(new)):
+            if split and not root and not isinstance(new, Stored) and any(a.tensor in self.encs for a in accesses(new)):
                 return self.temporary(new)
             return new
         return visit(e, True)
@@ -356,13 +612,17 @@ class _Function:
         self.node_dtypes[new] = self.node_dtypes[old]
 
     def temporary(self, r: Expr) -> Access:
+        if isinstance(r, Access) and r.tensor not in self.encs:
+            return r
+        if isinstance(r, Access):
+            self.node_dtypes.setdefault(r, self.node_dtypes[r])
         free = free_indices(r)
         row = _row(self.node_dtypes[r])
         name = self.fresh("tmp")
         ttype = _tensor_type(len(free), row, None)
         self.alloc(f"{name}_m", f"{name}_e", free, row)
         if isinstance(r, Reduce):
-            res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r])
+            res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r], red_op=r.op)
         else:
             res = self.generic(f"{name}_e", ttype, free, (), r, self.node_dtypes[r])
         acc = Access(name, free)
@@ -430,16 +690,19 @@ class _Function:
                               f"to {_tensor_type(len(idx), row, None)}")
 
     def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np,
-                fill: bool = True) -> str:
-        """One ``linalg.generic`` computing ``body_expr`` (summed over ``red_idx``) into ``init``
-        (zero-filled first unless ``fill`` is False: a sparse output starts empty)."""
+                fill: bool = True, red_op: str = "sum") -> str:
+        """One ``linalg.generic`` computing ``body_expr`` (reduced over ``red_idx`` by
+        ``red_op``) into ``init`` (filled with the reduction's identity first unless ``fill``
+        is False: a sparse output starts empty).  A monoid reduction (any ``red_op`` but
+        ``sum``) reads its body in stored mode and combines with ``sparse_tensor.reduce`` in a
+        loop over a sparse operand, so only stored entries take part."""
         row = _row(out_np)
         dims = list(out_idx) + [i for i in red_idx if i not in out_idx]
         d = {i: f"d{k}" for k, i in enumerate(dims)}
         domain = f"({', '.join(d[i] for i in dims)})"
         filled = init
         if fill:
-            zero_text, zt = _const_text(0, row)
+            zero_text, zt = _const_text(identity_of(red_op, row) if red_idx else 0, row)
             z = self.fresh("zero")
             self.lines.append(f"{z} = {zero_text}")
             filled = self.fresh("init")
@@ -453,7 +716,9 @@ class _Function:
             in_types.append(self.types[a.tensor])
         maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in out_idx)})>")
         iters = ", ".join('"parallel"' if i in out_idx else '"reduction"' for i in dims)
-        body = _Body(self.node_dtypes, sparse_loop)
+        body = _Body(self.node_dtypes, sparse_loop, frozenset(a.tensor for a in ins if a.tensor in self.encs),
+                     {i: k for k, i in enumerate(dims)})
+        body.stored = red_op != "sum" and bool(red_idx)
         bargs = []
         for k, a in enumerate(ins):
             arow = _row(self.node_dtypes[a])
@@ -461,9 +726,22 @@ class _Function:
             bargs.append(f"%in{k}: {_body_type(arow)}")
         bargs.append(f"%acc: {_body_type(row)}")
         v = body.value(body_expr, row)
-        if red_idx:
+        bt = _body_type(row)
+        if red_idx and red_op in ("sum", "plus"):
             op = _ARITH["+"][row.kind]
-            v = body.emit(f"{op} %acc, {v} : {_body_type(row)}")
+            v = body.emit(f"{op} %acc, {v} : {bt}")
+        elif red_idx:
+            combine = _MONOID_OP[red_op]
+            if sparse_loop:
+                ident = body.hoist_constant(identity_of(red_op, row), row)
+                region = body.region([bt, bt], lambda p, q: body.apply(combine, p, q, row, row), bt)
+                rv = body.fresh()
+                ind = "\n        "
+                body.lines.append(f"{rv} = sparse_tensor.reduce {v}, %acc, {ident} : {bt} {{{ind}  "
+                                  + f"{ind}  ".join(region) + f"{ind}}}")
+                v = rv
+            else:
+                v = body.apply(combine, "%acc", v, row, row)
         self.lines.extend(body.hoisted)
         res = self.fresh("res")
         ind = "\n      "
