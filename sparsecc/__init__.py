@@ -14,8 +14,9 @@ from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseE
                      SparseccError)
 from .formats import Format
 from .options import Options
+from .semiring import Semiring
 from . import ops
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "cache_info", "Format", "Options", "SparseccError",
+__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "cache_info", "Format", "Options", "Semiring", "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
            "__version__"]

@@ -6,6 +6,8 @@ from .errors import FormatError, OperandError, SparseccError
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from .runtime.kernel import STATS, Kernel, Stats
+from .semiring import apply as apply_semiring
+from .semiring import lookup as lookup_semiring
 
 _kernels: dict = {}
 
@@ -15,12 +17,13 @@ def _einsum_arity(subscripts: str) -> int:
 
 
 def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
-            out_format=None, prune: bool = False, check: bool = True) -> Kernel:
+            out_format=None, prune: bool = False, check: bool = True, semiring=None) -> Kernel:
     options = options or DEFAULT
     if not isinstance(options, Options):
         raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
     try:
-        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check))
+        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check),
+               semiring)
         k = _kernels.get(key)
     except TypeError:           # unhashable format objects: no memo
         key, k = None, None
@@ -28,7 +31,12 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
         return k
     if not isinstance(expr, str):
         raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
+    if semiring is not None:
+        semiring = lookup_semiring(semiring)
     if looks_like_notation(expr):
+        if semiring is not None:
+            raise SparseccError(f"semiring= is for einsum subscripts; in index notation write the monoid "
+                                f"and the multiply in the statement, e.g. 'y[i] = min[j](W[j,i] + d[j])'")
         stmt = parse_notation(expr)
         if len(positional) > len(stmt.operands):
             raise OperandError(f"'{expr}' has {len(stmt.operands)} operand(s) but {len(positional)} formats were given")
@@ -43,6 +51,8 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
             raise FormatError(f"einsum kernels take formats by position, got keyword(s) {', '.join(named)}")
         n = _einsum_arity(expr)
         stmt = parse_einsum(expr, n)
+        if semiring is not None:
+            stmt = apply_semiring(stmt, semiring)
         if positional and len(positional) != n:
             raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
         formats = dict(zip(stmt.operands, positional))
@@ -66,21 +76,25 @@ _OUT_DOC = """
 
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
-            check: bool = True, **named_formats) -> Kernel:  # noqa: A001
+            check: bool = True, semiring=None, **named_formats) -> Kernel:  # noqa: A001
     """A reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
     ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
     An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
     """
-    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check)
+    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check, semiring)
 
 
 def einsum(subscripts: str, *operands, formats=None, options: Options | None = None, out_format=None,
-           prune: bool = False, check: bool = True):
+           prune: bool = False, check: bool = True, semiring=None):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     ``formats``: one format per operand (``None`` entries keep the operand's own).
+    ``semiring``: ``"min_plus"``, ``"lor_land"``, ... or ``sc.Semiring(add, mul, identity)``:
+    the product over that semiring, with GraphBLAS's rules - only stored entries take part,
+    and an output entry with no term gets the identity (dense result) or is not stored
+    (sparse result); docs/semirings.md.
     """
     if looks_like_notation(subscripts):
         raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
@@ -89,7 +103,7 @@ def einsum(subscripts: str, *operands, formats=None, options: Options | None = N
         formats = tuple(formats)
         if len(formats) != len(operands):
             raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
-    return _kernel(subscripts, formats or (), {}, options, out_format, prune, check)(*operands)
+    return _kernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)(*operands)
 
 
 def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None,

@@ -72,9 +72,13 @@ class Binary:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
+    """``op[indices](body)``; ``identity``: what a monoid reduction starts from (None: the
+    monoid's own, e.g. +inf for ``min``)."""
+
     op: str
     indices: tuple[str, ...]
     body: "Expr"
+    identity: Union[bool, int, float, None] = None
 
 
 @dataclass(frozen=True, slots=True)

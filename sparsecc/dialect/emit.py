@@ -71,8 +71,11 @@ _MONOID_OP = {"times": "*", "min": "min", "max": "max", "lor": "or", "land": "an
 _BOOL = dt.TABLE["bool"]
 
 
-def identity_of(op: str, row: dt.DType):
-    """The identity of reduction ``op`` in dtype ``row`` (a Python value)."""
+def identity_of(op: str, row: dt.DType, given=None):
+    """The identity of reduction ``op`` in dtype ``row`` (a Python value); ``given``: the
+    user's (a semiring's), converted to ``row``."""
+    if given is not None:
+        return np.asarray(given).astype(row.numpy).item()
     if op in ("sum", "plus"):
         return 0
     if op == "times":
@@ -517,6 +520,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     expr = fn.materialize_inner_reductions(stmt.expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
     red_op = expr.op if isinstance(expr, Reduce) else "sum"
+    ident = expr.identity if isinstance(expr, Reduce) else None
     body_expr = expr.body if isinstance(expr, Reduce) else expr
     sparse_out = out_format is not None and not out_format.is_dense
     if sparse_out:
@@ -529,7 +533,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
             build_type = _tensor_type(len(stmt.indices), out_row, "#encvia")
         fn.lines.append(f"%out = tensor.empty({sizes}) : {build_type}")
         res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False,
-                         red_op=red_op)
+                         red_op=red_op, identity=ident)
         tail = []
         if via is not None:
             tail = [f"%converted = sparse_tensor.convert {res} : {build_type} to {out_type}",
@@ -541,7 +545,8 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         out_memref = "memref" + out_type[len("tensor"):]
         params.append(f"%out_m: {out_memref}")
         fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
-        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op)
+        res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op,
+                         identity=ident)
         result = ""
         tail = [f"bufferization.materialize_in_destination {res} in restrict writable %out_m "
                 f": ({out_type}, {out_memref}) -> ()", *fn.deallocs, "return"]
@@ -599,7 +604,7 @@ class _Function:
             elif isinstance(node, Stored):
                 new = Stored(visit(node.body, root))
             else:
-                new = Reduce(node.op, node.indices, visit(node.body, False))
+                new = Reduce(node.op, node.indices, visit(node.body, False), node.identity)
             self._retype(node, new)
             if isinstance(new, Reduce) and not root:
                 return self.temporary(new)
@@ -622,7 +627,8 @@ class _Function:
         ttype = _tensor_type(len(free), row, None)
         self.alloc(f"{name}_m", f"{name}_e", free, row)
         if isinstance(r, Reduce):
-            res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r], red_op=r.op)
+            res = self.generic(f"{name}_e", ttype, free, r.indices, r.body, self.node_dtypes[r], red_op=r.op,
+                               identity=r.identity)
         else:
             res = self.generic(f"{name}_e", ttype, free, (), r, self.node_dtypes[r])
         acc = Access(name, free)
@@ -690,7 +696,7 @@ class _Function:
                               f"to {_tensor_type(len(idx), row, None)}")
 
     def generic(self, init: str, init_type: str, out_idx, red_idx, body_expr: Expr, out_np,
-                fill: bool = True, red_op: str = "sum") -> str:
+                fill: bool = True, red_op: str = "sum", identity=None) -> str:
         """One ``linalg.generic`` computing ``body_expr`` (reduced over ``red_idx`` by
         ``red_op``) into ``init`` (filled with the reduction's identity first unless ``fill``
         is False: a sparse output starts empty).  A monoid reduction (any ``red_op`` but
@@ -702,7 +708,7 @@ class _Function:
         domain = f"({', '.join(d[i] for i in dims)})"
         filled = init
         if fill:
-            zero_text, zt = _const_text(identity_of(red_op, row) if red_idx else 0, row)
+            zero_text, zt = _const_text(identity_of(red_op, row, identity) if red_idx else 0, row)
             z = self.fresh("zero")
             self.lines.append(f"{z} = {zero_text}")
             filled = self.fresh("init")
@@ -733,7 +739,7 @@ class _Function:
         elif red_idx:
             combine = _MONOID_OP[red_op]
             if sparse_loop:
-                ident = body.hoist_constant(identity_of(red_op, row), row)
+                ident = body.hoist_constant(identity_of(red_op, row, identity), row)
                 region = body.region([bt, bt], lambda p, q: body.apply(combine, p, q, row, row), bt)
                 rv = body.fresh()
                 ind = "\n        "
