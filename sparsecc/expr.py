@@ -37,12 +37,12 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 #: GraphBLAS monoids over *stored* entries: a point takes part only where every sparse
 #: operand of the body stores a value, and no contribution gives the identity (dense
 #: result) or no entry (sparse result).
-REDUCTIONS = ("sum", "plus", "times", "min", "max", "lor", "land")
+REDUCTIONS = ("sum", "plus", "times", "min", "max", "lor", "land", "lxor")
 #: the NumPy function each monoid applies, and its identity per dtype kind
 MONOIDS = {
     "sum": (np.add, 0), "plus": (np.add, 0), "times": (np.multiply, 1),
     "min": (np.minimum, "+inf"), "max": (np.maximum, "-inf"),
-    "lor": (np.logical_or, False), "land": (np.logical_and, True),
+    "lor": (np.logical_or, False), "land": (np.logical_and, True), "lxor": (np.logical_xor, False),
 }
 
 
@@ -253,7 +253,7 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             dt = visit(e.body)
         elif isinstance(e, Reduce):
             dt = visit(e.body)
-            if e.op in ("lor", "land"):
+            if e.op in ("lor", "land", "lxor"):
                 dt = np.dtype(bool)
         else:
             kids = [visit(c) for c in children(e)]

@@ -128,7 +128,7 @@ def evaluate(stmt: Statement, operands: dict, sparse: set):
         full = np.broadcast_shapes(v.shape, m.shape, tuple(sizes[i] if k in axes else 1 for k, i in enumerate(order)))
         v, m = np.broadcast_to(v, full), np.broadcast_to(m, full)
         fn = MONOIDS[e.op][0]
-        dtype = np.bool_ if e.op in ("lor", "land") else v.dtype
+        dtype = np.bool_ if e.op in ("lor", "land", "lxor") else v.dtype
         ident = identity(e.op, dtype)
         vals = np.where(m, v.astype(dtype), ident)
         red = fn.reduce(vals, axis=axes, keepdims=True)

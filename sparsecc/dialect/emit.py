@@ -67,7 +67,7 @@ _CMP = {"float": {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq",
         "bool": {"<": "ult", "<=": "ule", ">": "ugt", ">=": "uge", "==": "eq", "!=": "ne"}}
 _LOGIC = {"and": "arith.andi", "or": "arith.ori", "xor": "arith.xori"}
 #: a reduction's combining op per kind (``sum``/``plus`` use ``+``)
-_MONOID_OP = {"times": "*", "min": "min", "max": "max", "lor": "or", "land": "and"}
+_MONOID_OP = {"times": "*", "min": "min", "max": "max", "lor": "or", "land": "and", "lxor": "xor"}
 _BOOL = dt.TABLE["bool"]
 
 
@@ -80,7 +80,7 @@ def identity_of(op: str, row: dt.DType, given=None):
         return 0
     if op == "times":
         return 1
-    if op in ("lor", "land"):
+    if op in ("lor", "land", "lxor"):
         return op == "land"
     big = {"float": np.inf, "int": None, "bool": True}[row.kind] if row.kind != "complex" else None
     if row.kind == "complex":
@@ -389,11 +389,48 @@ class _Body:
                               [("present", self.region([t], lambda p: p, t)),
                                ("absent", [f"sparse_tensor.yield {zero} : {t}"])])
 
-    def where(self, e: Where, row: dt.DType) -> str:
-        c = self.value(e.cond, _BOOL)
-        a, b = self.value(e.left, row), self.value(e.right, row)
+    def select(self, c: str, a: str, b: str, row: dt.DType) -> str:
         c1 = self.emit(f"arith.trunci {c} : i8 to i1")
         return self.emit(f"arith.select {c1}, {a}, {b} : {_body_type(row)}")
+
+    def where(self, e: Where, row: dt.DType) -> str:
+        if not self.sparse_loop:
+            c = self.value(e.cond, _BOOL)
+            return self.select(c, self.value(e.left, row), self.value(e.right, row), row)
+        # In a sparse loop one branch is a constant (see materialize_inner_reductions): the
+        # select runs in the regions of a sparse_tensor.binary over the condition and the
+        # other branch, which say what an absent side means.
+        k = 1 if isinstance(e.right, Const) else 0        # which branch is the tensor one
+        tensor_branch, const_branch = (e.left, e.right) if k == 1 else (e.right, e.left)
+        if not isinstance(const_branch, Const):
+            raise DTypeError(f"where over sparse operands needs a constant branch: {e}")
+        bt = _body_type(row)
+        c = self.value(e.cond, _BOOL)
+        v = self.value(tensor_branch, row)
+
+        def sel(p, q):
+            kc = self.value(const_branch, row)
+            return self.select(p, q, kc, row) if k == 1 else self.select(p, kc, q, row)
+        overlap = self.region(["i8", bt], sel, bt)
+        left = right = None
+        if not self.stored:
+            kval = const_branch.value
+            # both absent: the condition is false -> the false branch at 0
+            both = 0 if k == 1 else kval
+            if both != 0:
+                c = self._densified(c, _BOOL) if self.sparse_in(e.cond) else c
+                v = self._densified(v, row) if self.sparse_in(tensor_branch) else v
+            else:
+                # condition stored, branch absent: select(c, 0, k) or select(c, k, 0)
+                if (k == 1 and kval != 0) or k == 0:
+                    left = self.region(["i8"], lambda p: sel(p, self.emit(_const_text(0, row)[0])), bt)
+                # branch stored, condition absent (false): the false branch
+                if k == 0:
+                    right = self.region([bt], lambda q: q, bt)
+                elif kval != 0:
+                    right = self.region([bt], lambda q: self.value(const_branch, row), bt)
+        return self.sparse_op(f"sparse_tensor.binary {c}, {v} : i8, {bt} to {bt}",
+                              [("overlap", overlap), ("left", left), ("right", right)])
 
     def unary(self, e: Unary, row: dt.DType) -> str:
         arg_row = _row(self.node_dtypes[e.arg])
@@ -517,6 +554,21 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     params = [f"%size_{i}: index" for i in index_order]
     params += [f"{ssa[o]}: {types[o]}" for o in stmt.operands]
     fn = _Function(node_dtypes, encs, types, ssa)
+    if any(isinstance(n, Index) for n in _nodes(stmt.expr)):
+        # MLIR 22 does not renumber linalg.index when it demaps a permuted operand (CSC):
+        # index(j) then reads another loop's index.  Read such operands in dimension order
+        # (converted inside the kernel, freed before returning).
+        for k, opname in enumerate(stmt.operands):
+            f = formats[opname]
+            if f.is_dense or f.block is not None or f.order == tuple(range(f.rank)):
+                continue
+            alias = f"#encd{k}"
+            aliases.append(f"{alias} = {Format(f.levels, None, None, f.pos_width, f.crd_width).encoding()}")
+            new_type = _tensor_type(ranks[opname], dt.lookup(dtypes[opname]), alias)
+            conv = f"%dimorder{k}"
+            fn.lines.append(f"{conv} = sparse_tensor.convert {ssa[opname]} : {types[opname]} to {new_type}")
+            fn.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
+            fn.ssa[opname], fn.types[opname] = conv, new_type
     expr = fn.materialize_inner_reductions(stmt.expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
     red_op = expr.op if isinstance(expr, Reduce) else "sum"
@@ -596,11 +648,18 @@ class _Function:
                 new = Binary(node.op, visit(node.left, False), visit(node.right, False))
             elif isinstance(node, Where):
                 kids = [visit(c, False) for c in (node.cond, node.left, node.right)]
-                # the sparsifier has no select over sparse values: read such sides from dense
-                # temporaries (the select itself then runs on dense values)
-                kids = [self.temporary(c) if any(a.tensor in self.encs for a in accesses(c)) else c
-                        for c in kids]
                 new = Where(*kids)
+                if (not any(isinstance(k, Const) for k in kids[1:])
+                        and any(a.tensor in self.encs for a in accesses(new))):
+                    # a select in a sparse loop takes two tensor values (the condition and one
+                    # branch) in sparse_tensor.binary: where(c, a, b) = where(c, a, 0) + where(c, 0, b),
+                    # exactly (one side is always 0)
+                    zero = Const(0)
+                    self.node_dtypes.setdefault(zero, np.dtype(np.int64))
+                    l, r = Where(kids[0], kids[1], zero), Where(kids[0], zero, kids[2])
+                    self._retype(node, l)
+                    self._retype(node, r)
+                    new = Binary("+", l, r)
             elif isinstance(node, Stored):
                 new = Stored(visit(node.body, root))
             else:
