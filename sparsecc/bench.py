@@ -84,7 +84,8 @@ def rmat(scale: int, edge_factor: int, rng, probs=(0.57, 0.19, 0.19, 0.05)) -> s
 def coo3(d: int, nnz: int, rng) -> sp.coo_array:
     """A d x d x d COO tensor with ``nnz`` distinct uniformly random entries (canonical order)."""
     flat = np.sort(rng.choice(d ** 3, size=nnz, replace=False))
-    return sp.coo_array((rng.random(nnz), np.unravel_index(flat, (d, d, d))), shape=(d, d, d))
+    coords = tuple(c.astype(np.int32) for c in np.unravel_index(flat, (d, d, d)))   # the kernel's own width
+    return sp.coo_array((rng.random(nnz), coords), shape=(d, d, d))
 
 
 def _int32(A: sp.csr_array) -> sp.csr_array:
@@ -377,7 +378,7 @@ def _products(A, B) -> int:
 
 def _mttkrp_scipy(T, B, C):
     d1, d2 = T.shape[1], T.shape[2]
-    unfold = sp.csr_array((T.data, (T.coords[0], T.coords[1] * d2 + T.coords[2])),
+    unfold = sp.csr_array((T.data, (T.coords[0], T.coords[1].astype(np.int64) * d2 + T.coords[2])),
                           shape=(T.shape[0], d1 * d2))          # mode-1 unfolding, prepared once
     r = B.shape[1]
 
@@ -389,7 +390,7 @@ def _mttkrp_scipy(T, B, C):
 
 def _ttv_scipy(T, v):
     d0, d1, d2 = T.shape
-    unfold = sp.csr_array((T.data, (T.coords[0] * d1 + T.coords[1], T.coords[2])), shape=(d0 * d1, d2))
+    unfold = sp.csr_array((T.data, (T.coords[0].astype(np.int64) * d1 + T.coords[1], T.coords[2])), shape=(d0 * d1, d2))
     return lambda: (unfold @ v).reshape(d0, d1)
 
 
@@ -642,8 +643,14 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
         row["bytes"] = float(case.bytes(ops, ref))
         row["gflops"] = row["flops"] / secs / 1e9
         row["gbs"] = row["bytes"] / secs / 1e9
-        bw = stream.get("read_all_gbs") if threads > 1 else stream.get("read_1t_gbs")
+        # against the read bandwidth of as many threads as the kernel could use
+        parallel = threads > 1 and hasattr(sc, "set_num_threads")
+        bw = stream.get("read_all_gbs") if parallel else stream.get("read_1t_gbs")
         row["bw_fraction"] = row["gbs"] / bw if bw else None
+        if row["sparsecc_1t_ms"] is not None:
+            row["gbs_1t"] = row["bytes"] / (row["sparsecc_1t_ms"] / 1e3) / 1e9
+            bw1 = stream.get("read_1t_gbs")
+            row["bw_fraction_1t"] = row["gbs_1t"] / bw1 if bw1 else None
     except Exception as e:      # noqa: BLE001 - one broken kernel must not hide the others
         row["ok"] = False
         row["error"] = f"{type(e).__name__}: {e}"
@@ -688,6 +695,35 @@ def table(rows: list[dict]) -> str:
             f"{_fmt(None if r['bw_fraction'] is None else 100 * r['bw_fraction'], '.0f'):>5}"
             f"{_fmt(r['compile_s']):>7}")
     return "\n".join(lines)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The report as a Markdown table (docs/performance.md carries one from a full run)."""
+    out = [("| kernel | input | shape / nnz | sparsecc ms | 1 thread ms | speedup | baseline ms | ratio | target "
+            "| torch ms | ratio torch | GFLOP/s | GB/s | % BW | compile s |"),
+           "|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        shape = "x".join(map(str, r.get("shape", []))) + f" / {r.get('nnz', '-')}"
+        if not r["ok"]:
+            why = r["error"] or r.get("check")
+            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * 11}|")
+            continue
+        bases = r["baselines"]
+        ref = next(iter(bases))
+        tgt = r.get("target")
+        tt = r.get("thread_target")
+        target = "-" if tgt is None else f"<= {tgt['ratio']:g}{' (1 thread)' if tgt['threads'] == '1' else ''}: " \
+                                          f"{'met' if tgt['met'] else '**missed**'} ({tgt['measured']:.2f})"
+        if tt is not None:
+            target += f"; speedup >= {tt['speedup']:g}: " + {True: "met", False: "**missed**", None: "n/a"}[tt["met"]]
+        torch = bases.get("torch")
+        bw = r["bw_fraction"]
+        out.append(
+            f"| {r['kernel']} | {r['input']} | {shape} | {r['sparsecc_ms']:.3g} | {_fmt(r['sparsecc_1t_ms'], '.3g')} "
+            f"| {_fmt(r['thread_speedup'])} | {ref} {bases[ref]['ms']:.3g} | {bases[ref]['ratio']:.2f} | {target} "
+            f"| {_fmt(torch and torch['ms'], '.3g')} | {_fmt(torch and torch['ratio'])} | {r['gflops']:.2f} "
+            f"| {r['gbs']:.1f} | {_fmt(None if bw is None else 100 * bw, '.0f')} | {_fmt(r['compile_s'])} |")
+    return "\n".join(out)
 
 
 def chart(rows: list[dict], path: str, title: str = "") -> None:
@@ -757,6 +793,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=None, help="timing samples per measurement (default: adaptive)")
     p.add_argument("--json", default="bench-results.json", help="write all figures here (default bench-results.json)")
     p.add_argument("--png", default="bench-results.png", help="write the chart here (default bench-results.png; '' for none)")
+    p.add_argument("--markdown", default=None, metavar="PATH", help="also write the table as Markdown")
     p.add_argument("--no-real", action="store_true", help="skip the real matrices from installed packages")
     p.add_argument("--cache-dir", default=None,
                    help="kernel cache folder (default: a fresh temporary one, so compile times are cold)")
@@ -866,7 +903,10 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
           f"{'; thread targets missed: ' + ', '.join(thr_missed) if thr_missed else ''}", file=out)
     if failed:
         print(f"FAILED (wrong result or error): {', '.join(failed)}", file=out)
-    written = [p for p in (args.json, args.png) if p]
+    if getattr(args, "markdown", None):
+        with open(args.markdown, "w") as f:
+            f.write(markdown(rows) + "\n")
+    written = [p for p in (args.json, args.png, getattr(args, "markdown", None)) if p]
     if written:
         print(f"wrote {', '.join(written)}", file=out)
     return 1 if failed else 0

@@ -16,7 +16,8 @@ def _args(tmp_path, **kw):
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
     args = p.parse_args(["--small", "--no-real", "--repeat", "3",
-                         "--json", str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png")])
+                         "--json", str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png"),
+                         "--markdown", str(tmp_path / "r.md")])
     for k, v in kw.items():
         setattr(args, k, v)
     return args
@@ -147,6 +148,9 @@ def test_small_run_writes_json_and_png(tmp_path, capsys):
     assert isinstance(first["target"]["met"], bool)
     assert r["results"][1]["baselines"].keys() >= {"numpy"}
     assert r["results"][2]["cold_compile"] is False        # same kernel as the first row
+    md = (tmp_path / "r.md").read_text().splitlines()
+    assert md[0].startswith("| kernel | input |") and len(md) == 2 + 3
+    assert md[2].startswith("| spmv | uniform | 20000x20000 / ") and "<= 1 (1 thread)" in md[2]
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -165,6 +169,7 @@ def test_wrong_kernel_is_reported_failed(tmp_path, capsys):
     row = r["results"][-1]
     assert row["ok"] is False and "above tolerance" in row["check"] and "sparsecc_ms" not in row
     assert r["summary"]["failed"] == ["wrong:transposed"]
+    assert "| wrong | transposed | 50x50 / " in (tmp_path / "r.md").read_text()
 
 
 def test_run_case_with_a_wrong_result_directly():
