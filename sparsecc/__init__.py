@@ -10,12 +10,13 @@ __version__ = "0.1.0"
 
 from . import aot
 from .api import cache_info, compile, einsum, evaluate
+from .explore import explore
 from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseError, ShapeError,
                      SparseccError)
 from .formats import Format
 from .options import Options
 from . import ops
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "cache_info", "Format", "Options", "SparseccError",
+__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "explore", "cache_info", "Format", "Options", "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
            "__version__"]
