@@ -64,8 +64,14 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
 def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, out_format="csr"):
     """``torch.sspaddmm``: ``beta * input + alpha * (mat1 @ mat2)`` with sparse ``input`` and
     ``mat1`` and dense ``mat2``, a sparse result (CSR): ``input``'s entries and every entry
-    of the rows where ``mat1`` stores something."""
-    return addmm(input, mat1, mat2, beta=beta, alpha=alpha, out_format=out_format)
+    of the rows where ``mat1`` stores something.  Two kernels (the product as CSR, then the
+    sum): fused in one, MLIR 22 needs the split form, which stores every entry."""
+    C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
+        raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
+    b, a = _scalars(beta, alpha, C, A, B)
+    P = einsum("ik,kj->ij", A, B, out_format="csr")
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=out_format)
 
 
 def smm(input, mat, *, out_format="csr"):
