@@ -5,7 +5,8 @@ slice, a reshape or a concatenation moves stored entries to new coordinates and 
 op.  One MLIR function here does it for any rank and format (``gather_kernel``):
 
 1. each source operand may be cut by ``tensor.extract_slice`` with MLIR's sparse slice
-   encodings (``dimSlices``: offset, size and stride per dimension, all dynamic);
+   encodings (``dimSlices``: offset, size and stride per dimension, all dynamic), or - what
+   sparsecc uses, see :class:`Source` - by the same selection tested on each entry;
 2. a ``sparse_tensor.foreach`` visits the stored entries of each source in storage order
    and computes the entry's output coordinates with index arithmetic (dropping or adding
    unit dimensions, adding an offset for a concatenation, or linearizing and
@@ -47,10 +48,11 @@ class Source:
     ``pick=None``: a reshape - the coordinates are linearized in the source's shape
     (row-major) and delinearized in the result's.
     ``nonzero``: skip stored entries whose value is zero (an ``scf.if`` around the insert).
-    ``sliced``: cut by ``tensor.extract_slice`` (CSR-like sources: the loops skip whole
-    rows); ``filtered``: the same selection (offset, size, stride per dimension) as a test
-    on every stored entry's coordinates - COO sources, whose sliced iteration loses entries
-    in MLIR 22 (found by the tests: ``T[:, 2:3]`` of a 3-d COO tensor came back empty).
+    ``sliced``: cut by ``tensor.extract_slice`` (the loops would skip whole rows);
+    ``filtered``: the same selection (offset, size, stride per dimension) as a test on every
+    stored entry's coordinates.  sparsecc uses ``filtered``: MLIR 22's sliced iteration
+    loses entries (found by the tests: ``T[:, 2:3]`` of a 3-d COO tensor came back empty,
+    and ``A[:, -3:]`` of a CSR matrix lost most of its entries).
     """
 
     fmt: Format
