@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -57,8 +57,9 @@ class Row:
     ``sc.Format``); ``threads``: the thread count it ran with (``None``: left as it was).
     ``median_s``: median seconds per call; ``compile_s``: first call minus one run (the
     compile, or the load from the disk cache when ``cached``); ``convert_s``: of each call,
-    the time spent building operand buffers in a layout SciPy cannot hold (an estimate);
-    ``ok``: ran and matched the reference; ``error``: why not."""
+    the time spent building the operands' buffers before native code runs (measured on its
+    own: an estimate); ``ok``: ran and matched the reference; ``error``: why not;
+    ``ran_as``: the formats the kernel stored its operands in, where they differ."""
 
     formats: tuple
     options: Options
@@ -158,16 +159,16 @@ class ExploreReport:
         return max(ok, key=lambda r: r.median_s) if ok else None
 
     def _varied_options(self) -> list[str]:
-        names = [f for f in Options.__slots__ if len({getattr(r.options, f) for r in self.rows}) > 1]
-        return names or [f for f in Options.__slots__
-                         if any(getattr(r.options, f) != getattr(DEFAULT, f) for r in self.rows)]
+        all_names = [f.name for f in fields(Options)]
+        names = [f for f in all_names if len({getattr(r.options, f) for r in self.rows}) > 1]
+        return names or [f for f in all_names if any(getattr(r.options, f) != getattr(DEFAULT, f) for r in self.rows)]
 
-    def _options_text(self, o: Options, fields: list[str]) -> str:
-        return ", ".join(f"{f}={getattr(o, f)}" for f in fields) or "-"
+    def _options_text(self, o: Options, shown: list[str]) -> str:
+        return ", ".join(f"{f}={getattr(o, f)}" for f in shown) or "-"
 
     def table(self) -> list[list[str]]:
         """The report as rows of text: a header, then one row per candidate."""
-        fields = self._varied_options()
+        shown = self._varied_options()
         base = self._baseline()
         show_conv = any(r.convert_s and r.median_s and r.convert_s > 0.05 * r.median_s for r in self.rows)
         head = ["rank", "formats", "options", "threads", "time", "speedup", "compile"]
@@ -176,7 +177,7 @@ class ExploreReport:
         out = [head]
         for k, r in enumerate(self.rows):
             line = [str(k + 1) if r.ok else "-", ", ".join(_spec_name(s) for s in r.formats),
-                    self._options_text(r.options, fields), "-" if r.threads is None else str(r.threads),
+                    self._options_text(r.options, shown), "-" if r.threads is None else str(r.threads),
                     _fmt_time(r.median_s),
                     f"{base.median_s / r.median_s:.2f}x" if (r.ok and base and r.median_s) else "-",
                     "cached" if r.cached else _fmt_time(r.compile_s)]
@@ -197,9 +198,12 @@ class ExploreReport:
             parts.append(f"{n_fail} failed or wrong")
         if n_skip:
             parts.append(f"{n_skip} skipped")
+        base = self._baseline()
+        against = "-" if base is None else ("the first candidate" if base.index == 0 else "the slowest") + \
+            f" ({', '.join(_spec_name(s) for s in base.formats)})"
         return (f"sc.explore '{self.expression}' (formats of {ops}): {', '.join(parts)} in {self.elapsed_s:.1f} s\n"
-                f"time: median per call of {self.repeat} samples; speedup: against the first candidate "
-                f"(the operands' own formats); compile: first call minus one run (cached: no compile)")
+                f"time: median per call of {self.repeat} samples; speedup: against {against}; "
+                f"compile: first call minus one run (cached: no compile)")
 
     def __str__(self) -> str:
         t = self.table()
@@ -245,7 +249,7 @@ class ExploreReport:
         return text
 
     @classmethod
-    def from_json(cls, text: str) -> "ExploreReport":
+    def from_json(cls, text: str) -> ExploreReport:
         """A report from :meth:`to_json`'s text (``best`` compiles again when asked for)."""
         try:
             d = json.loads(text)
@@ -273,11 +277,11 @@ class ExploreReport:
         except ImportError:
             raise SparseccError("ExploreReport.plot needs matplotlib (pip install matplotlib)") from None
         ok = [r for r in self.rows if r.ok]
-        fields = self._varied_options()
+        shown = self._varied_options()
         labels, secs = [], []
         for r in ok:
             lab = ", ".join(_spec_name(s) for s in r.formats)
-            o = self._options_text(r.options, fields)
+            o = self._options_text(r.options, shown)
             if o != "-":
                 lab += f" | {o}"
             if r.threads is not None:

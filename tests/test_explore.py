@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
@@ -68,17 +67,21 @@ def test_dtypes(rng, dtype):
 
 def test_notation_named_options_and_threads(rng):
     A, x = spmv_operands(rng)
-    before = sc.get_num_threads()
+    has_threads = hasattr(sc, "set_num_threads")      # sparsecc.runtime.threads
+    before = sc.get_num_threads() if has_threads else None
     rep = sc.explore("y[i] = A[i,j] * x[j]", A=A, x=x, formats={"A": ["csr", "csc"]},
                      index_widths=[None, 64], threads=[1, 2], repeat=1, progress=False)
-    assert sc.get_num_threads() == before          # restored
-    assert len(rep.rows) == 8 and all(r.ok for r in rep.rows), str(rep)
     assert {r.options.index_width for r in rep.rows} == {None, 64}
-    assert {r.threads for r in rep.rows} == {1, 2}
+    assert all(r.ok for r in rep.rows), str(rep)
     assert "index_width=64" in str(rep)
     k = rep.best
     assert_matches(k(A=A, x=x), A.toarray() @ x)
-    assert rep.best_threads in (1, 2)
+    if has_threads:
+        assert sc.get_num_threads() == before          # restored
+        assert len(rep.rows) == 8 and {r.threads for r in rep.rows} == {1, 2}
+        assert rep.best_threads in (1, 2)
+    else:
+        assert len(rep.rows) == 4 and any("not explored" in n for n in rep.notes)
 
 
 def test_sparse_result_candidates(rng):
@@ -90,7 +93,7 @@ def test_sparse_result_candidates(rng):
     assert sp.issparse(got)
     assert_matches(got, A.toarray() @ B.toarray())
     # a contraction with a sparse result stores its operands row-wise: the report says so
-    csc = [r for r in rep.rows if r.formats == ("csr", "csc")][0]
+    csc = next(r for r in rep.rows if r.formats == ("csr", "csc"))
     assert csc.ran_as == ("csr", "csr") and "ran as csr, csr" in csc.status
 
 
@@ -196,7 +199,7 @@ def test_compile_failure_is_a_row(rng, monkeypatch):
         return real(expression, formats, options, out_format, *a)
     monkeypatch.setattr(mod, "_compile", compile_or_fail)
     rep = sc.explore("ij,j->i", A, x, formats=[["csr", "dcsc"], None], repeat=1, progress=False)
-    row = [r for r in rep.rows if r.formats[0] == "dcsc"][0]
+    row = next(r for r in rep.rows if r.formats[0] == "dcsc")
     assert not row.ok and row.error == "failed: CompileError: MLIR said no (a test)"
     assert rep.best_formats == ("csr", "dense")
 
@@ -206,7 +209,7 @@ def test_nothing_ran(rng):
     rep = sc.explore("ij,j->i", A, x, formats=[["bsr3x3"], None], repeat=1, progress=False)
     assert not rep.rows[0].ok
     with pytest.raises(sc.SparseccError, match="no candidate"):
-        rep.best
+        _ = rep.best
 
 
 def test_wrong_result_detected(rng, monkeypatch):
@@ -225,7 +228,7 @@ def test_wrong_result_detected(rng, monkeypatch):
         return Off(k) if formats[0] == "coo" else k
     monkeypatch.setattr(mod, "_compile", compile_wrong)
     rep = sc.explore("ij,j->i", A, x, formats=[["csr", "coo"], None], repeat=1, progress=False)
-    row = [r for r in rep.rows if r.formats[0] == "coo"][0]
+    row = next(r for r in rep.rows if r.formats[0] == "coo")
     assert not row.ok and row.error.startswith("wrong result") and row.median_s is None
     assert rep.best_formats[0] == "csr"
 
@@ -410,7 +413,7 @@ def test_autotune_remembered_across_processes(tmp_path):
     outs = []
     for _ in range(2):
         p = subprocess.run([sys.executable, "-c", AUTOTUNE_SCRIPT], env=env, capture_output=True, text=True,
-                           cwd=ROOT, timeout=300)
+                           cwd=ROOT, timeout=300, check=False)
         assert p.returncode == 0, p.stderr
         outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
     first, second = outs
@@ -426,7 +429,8 @@ def test_stored_choice_tampering_ignored(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSECC_CACHE_DIR", str(tmp_path / "c"))
     path = mod.store_choice("k" * 40, ("csc", "dense"), sc.Options(index_width=64))
     assert load_choice("k" * 40) == (("csc", "dense"), sc.Options(index_width=64))
-    d = json.loads(open(path).read())
+    with open(path) as f:
+        d = json.load(f)
     d["formats"] = ["dcsr", "dense"]
     with open(path, "w") as f:
         json.dump(d, f)
@@ -445,6 +449,6 @@ def test_row_status():
 # --------------------------------------------------------------------------- example
 def test_example_runs():
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "explore_formats.py")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert p.returncode == 0, p.stderr
     assert "best formats" in p.stdout and "results match: yes" in p.stdout
