@@ -193,7 +193,7 @@ class ExploreReport:
         n_skip = sum(str(r.error or "").startswith("skipped") for r in self.rows)
         n_fail = len(self.rows) - n_ok - n_skip
         ops = ", ".join(o if not o.startswith("#") else f"operand {o[1:]}" for o in self.operands)
-        parts = [f"{len(self.rows)} candidates", f"{n_ok} ran"]
+        parts = [f"{len(self.rows)} candidate{'s' if len(self.rows) != 1 else ''}", f"{n_ok} ran"]
         if n_fail:
             parts.append(f"{n_fail} failed or wrong")
         if n_skip:
