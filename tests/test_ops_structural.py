@@ -255,7 +255,7 @@ def test_one_compile_serves_every_shape():
 
 
 def test_ops_tour_example_runs():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "ops_tour.py")], capture_output=True,
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "ops_tour.py")], capture_output=True, check=False,
                        text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stderr
     assert "all checks passed" in r.stdout

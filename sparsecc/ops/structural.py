@@ -25,7 +25,7 @@ from .. import dtypes as dt
 from ..api import einsum
 from ..dialect.structural import Source, gather_kernel
 from ..errors import OperandError, ShapeError, SparseccError
-from ..formats import Format, resolve
+from ..formats import resolve
 from ..options import DEFAULT
 from ..runtime import cache, compiler
 from ..runtime.kernel import STATS
