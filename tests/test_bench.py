@@ -86,7 +86,8 @@ def test_generators():
     deg = np.diff(R.indptr)
     assert R.shape == (1024, 1024) and 0 < R.nnz <= 8 * 1024 and deg.max() > 4 * deg.mean()  # skewed
     T = bench.coo3(10, 50, rng)
-    assert T.shape == (10, 10, 10) and T.nnz == 50
+    assert T.shape == (10, 10, 10) and T.nnz == 50 and T.coords[0].dtype == np.int32 and T.has_canonical_format
+    assert bench.coo3(10, 50, rng, index32=False).coords[0].dtype == np.int64
     flat = np.ravel_multi_index(T.coords, T.shape)
     assert np.all(np.diff(flat) > 0)                                  # canonical, distinct
 
