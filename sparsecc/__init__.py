@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 from . import aot
 from .api import cache_info, compile, einsum, evaluate
+from .explore import explore
 from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseError, ShapeError,
                      SparseccError)
 from .formats import Format
@@ -17,6 +18,7 @@ from .options import Options
 from .semiring import Semiring
 from . import ops
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "cache_info", "Format", "Options", "Semiring", "SparseccError",
+__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "explore", "cache_info", "Format", "Options", "Semiring",
+           "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
            "__version__"]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m sparsecc demo``."""
+"""Command line: ``python -m sparsecc demo | aot | bench``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ def main(argv=None) -> int:
     a.add_argument("--cpu", default=None, help="LLVM CPU to build for (default: this machine; 'x86-64': any)")
     a.add_argument("--dtype", default="float64", help="dtype of every operand (default float64)")
     a.add_argument("--index-width", type=int, default=32, choices=(32, 64))
+    b = sub.add_parser("bench", help="the benchmark suite: sparsecc against SciPy/NumPy/torch, JSON + PNG report")
+    from .bench import add_arguments as bench_arguments
+    bench_arguments(b)
     args = p.parse_args(argv)
+    if args.cmd == "bench":
+        from .bench import run as bench
+        return bench(args)
     if args.cmd == "demo":
         from .demo import main as demo
         return demo(args.scale)

@@ -76,13 +76,22 @@ _OUT_DOC = """
 
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
-            check: bool = True, semiring=None, **named_formats) -> Kernel:  # noqa: A001
+            check: bool = True, semiring=None, autotune: bool = False, **named_formats) -> Kernel:  # noqa: A001
     """A reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
     ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
     An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
+    ``autotune=True``: the first call explores formats for the operands without one (a list
+    of formats: the candidates for that operand) on its operands, remembers the choice on
+    disk, and every call runs the chosen kernel (docs/explore.md).
     """
+    if autotune:
+        if semiring is not None:
+            raise SparseccError("autotune=True does not take a semiring yet; compile with explicit formats "
+                                "(sc.explore does not either)")
+        from .explore import AutotunedKernel
+        return AutotunedKernel(expr, tuple(formats), named_formats, options, out_format, prune, check)
     return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check, semiring)
 
 

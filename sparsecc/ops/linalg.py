@@ -1,3 +1,114 @@
-"""sparsecc.ops: linalg."""
+"""sparsecc.ops: linear algebra (torch.sparse's names and semantics, SciPy/NumPy in and out).
 
-__all__: list[str] = []
+Every operation is one or two compiled kernels (``sc.einsum`` / ``sc.evaluate``); ``beta``
+and ``alpha`` travel as 0-d operands, so one compile serves every value.  Result layouts:
+``torch``'s where it defines one (``mm`` of sparse x dense is dense, sparse x sparse is
+sparse; ``smm``/``hspmm``/``sspaddmm`` sparse; ``sampled_addmm`` the input's pattern), else the
+pattern rules (docs/sparse-results.md).  ``out_format=`` asks for another.  Reference:
+docs/ops.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..api import einsum, evaluate
+from ..errors import OperandError, ShapeError
+from ..runtime.operands import as_operand
+from .elementwise import _pattern
+
+__all__ = ["mm", "mv", "addmm", "sspaddmm", "smm", "hspmm", "bmm", "sampled_addmm"]
+
+
+def _matrix(x, what: str, rank: int = 2):
+    x = as_operand(x, what)
+    if x.ndim != rank:
+        raise ShapeError(f"{what} must have rank {rank}, got shape {tuple(x.shape)}")
+    return x
+
+
+def _scalars(beta, alpha, *ops):
+    t = np.result_type(*[o.dtype for o in ops], beta, alpha)
+    return np.asarray(beta, dtype=t), np.asarray(alpha, dtype=t)
+
+
+def mm(mat1, mat2, *, out_format=None):
+    """``torch.sparse.mm`` / ``torch.mm``: the matrix product.  sparse x dense -> dense;
+    sparse x sparse -> sparse (CSR, the Boolean product's pattern)."""
+    A, B = _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    return einsum("ik,kj->ij", A, B, out_format=out_format)
+
+
+def mv(mat, vec):
+    """``torch.mv``: matrix-vector product, a dense vector."""
+    A, x = _matrix(mat, "mat"), _matrix(vec, "vec", 1)
+    return einsum("ij,j->i", A, x)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
+    """``torch.addmm`` / ``torch.sparse.addmm``: ``beta * input + alpha * (mat1 @ mat2)``,
+    one kernel.  With ``beta == 0``, ``input`` is ignored (NaN/inf in it do not propagate),
+    as in torch.  Pattern: the union of ``input``'s and the product's; dense when any part
+    is dense in some dimension."""
+    C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    b, a = _scalars(beta, alpha, C, A, B)
+    if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
+        raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
+    if beta == 0:
+        return evaluate("O[i,j] = alpha * A[i,k] * B[k,j]", A=A, B=B, alpha=a, out_format=out_format)
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * A[i,k] * B[k,j]", C=C, A=A, B=B, beta=b, alpha=a,
+                    out_format=out_format)
+
+
+def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, out_format="csr"):
+    """``torch.sspaddmm``: ``beta * input + alpha * (mat1 @ mat2)`` with sparse ``input`` and
+    ``mat1`` and dense ``mat2``, a sparse result (CSR): ``input``'s entries and every entry
+    of the rows where ``mat1`` stores something.  Two kernels (the product as CSR, then the
+    sum): fused in one, MLIR 22 needs the split form, which stores every entry."""
+    C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
+        raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
+    b, a = _scalars(beta, alpha, C, A, B)
+    P = einsum("ik,kj->ij", A, B, out_format="csr")
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=out_format)
+
+
+def smm(input, mat, *, out_format="csr"):
+    """``torch.smm``: sparse ``input`` @ dense ``mat``, a sparse result (CSR) storing every
+    entry of the rows where ``input`` stores something."""
+    return mm(input, mat, out_format=out_format)
+
+
+def hspmm(mat1, mat2, *, out_format="csr"):
+    """``torch.hspmm``: sparse ``mat1`` @ dense ``mat2`` as a "hybrid" sparse matrix - its
+    stored rows are dense.  Returned as a CSR array whose non-empty rows are stored in full
+    (torch's hybrid COO has the same rows and values)."""
+    return mm(mat1, mat2, out_format=out_format)
+
+
+def bmm(input, mat2, *, out_format=None):
+    """``torch.bmm``: matrix products batched over the leading dimension, ``(b, n, m) @ (b,
+    m, p)``; 3-d COO arrays or NumPy arrays.  sparse x dense -> dense, sparse x sparse ->
+    a 3-d COO array."""
+    A, B = _matrix(input, "input", 3), _matrix(mat2, "mat2", 3)
+    return einsum("bik,bkj->bij", A, B, out_format=out_format)
+
+
+def sampled_addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
+    """``torch.sparse.sampled_addmm`` (SDDMM): ``beta * input + alpha * (mat1 @ mat2)``
+    computed only at ``input``'s stored entries; a sparse result with exactly ``input``'s
+    pattern, in its layout.  Two kernels: the sampled product, then the sum."""
+    C = as_operand(input, "input")
+    if not sp.issparse(C) or C.ndim != 2:
+        raise OperandError("sampled_addmm: input must be a sparse matrix")
+    A, B = _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
+        raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
+    b, a = _scalars(beta, alpha, C, A, B)
+    fmt = out_format if out_format is not None else (C.format if C.format in ("csr", "csc", "coo") else "csr")
+    P = _pattern(C, 1, np.result_type(A.dtype, B.dtype))
+    S = einsum("ij,ik,kj->ij", P, A, B, out_format=fmt)
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * S[i,j]", C=C, S=S, beta=b, alpha=a,
+                    out_format=fmt)
+

@@ -1,0 +1,188 @@
+"""The benchmark suite (sparsecc.bench): generators, the result check, the report files, the
+FAILED path.  No timing is asserted anywhere: the bench is a benchmark, not a test."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsecc import bench
+from sparsecc.__main__ import main as cli
+
+
+def _args(tmp_path, **kw):
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    args = p.parse_args(["--small", "--no-real", "--repeat", "3",
+                         "--json", str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png"),
+                         "--markdown", str(tmp_path / "r.md")])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
+# --------------------------------------------------------------------------- the check
+
+def test_check_result_dense():
+    rng = np.random.default_rng(0)
+    want = rng.random((7, 3))
+    assert bench.check_result(want.copy(), want)[0]
+    assert bench.check_result(want + 1e-13, want)[0]
+    bad = want.copy()
+    bad[3, 1] += 1e-3
+    ok, detail = bench.check_result(bad, want)
+    assert not ok and "above tolerance" in detail
+    nan = want.copy()
+    nan[0, 0] = np.nan
+    assert not bench.check_result(nan, want)[0]
+    assert not bench.check_result(want[:6], want)[0]                 # shape
+    assert bench.check_result(np.zeros((0, 3)), np.zeros((0, 3)))[0]  # empty
+
+
+def test_check_result_sparse_and_mixed():
+    rng = np.random.default_rng(1)
+    A = sp.random_array((30, 20), density=0.1, format="csr", random_state=rng)
+    assert bench.check_result(A.copy(), A)[0]
+    assert bench.check_result(A.toarray(), A)[0]
+    withzero = sp.csr_array(A, copy=True)
+    withzero.data[0] = 0.0                 # a stored zero where the reference has a value
+    assert not bench.check_result(withzero, A)[0]
+    # a stored zero where the reference has no entry is the same value
+    B = sp.csr_array((np.array([1.0, 2.0]), np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)), shape=(2, 2))
+    Bz = sp.csr_array((np.array([1.0, 0.0, 2.0]), np.array([0, 1, 1], np.int32), np.array([0, 2, 3], np.int32)),
+                      shape=(2, 2))
+    assert bench.check_result(Bz, B)[0] and bench.check_result(B, Bz)[0]
+    T = sp.coo_array((np.ones(2), ([0, 1], [1, 0], [0, 1])), shape=(2, 2, 2))
+    assert bench.check_result(T, T.todense())[0]
+    assert not bench.check_result(T, 2 * T.todense())[0]
+
+
+def test_check_result_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    A = sp.random_array((10, 8), density=0.3, format="csr", random_state=rng)
+    x = rng.random(8)
+    assert bench.check_result(torch.from_numpy(A @ x), A @ x)[0]
+    tA = bench._torch_csr(bench._int32(A))
+    assert bench.check_result(tA, A)[0]
+    assert not bench.check_result(tA, 2 * A)[0]
+
+
+# --------------------------------------------------------------------------- generators and the table
+
+def test_generators():
+    rng = np.random.default_rng(3)
+    A = bench.uniform_rows(100, 80, 5, rng)
+    assert A.shape == (100, 80) and A.indices.dtype == np.int32 and A.has_canonical_format
+    assert np.all(np.diff(A.indptr) <= 5) and A.nnz > 400
+    P = bench.poisson2d(6)
+    assert P.shape == (36, 36) and P.nnz == 5 * 36 - 4 * 6
+    assert np.allclose(P.toarray(), P.toarray().T) and np.allclose(P.sum(axis=1)[7], 0)
+    Q = bench.poisson3d(4)
+    assert Q.shape == (64, 64) and Q.nnz == 7 * 64 - 6 * 16
+    R = bench.rmat(10, 8, rng)
+    deg = np.diff(R.indptr)
+    assert R.shape == (1024, 1024) and 0 < R.nnz <= 8 * 1024 and deg.max() > 4 * deg.mean()  # skewed
+    T = bench.coo3(10, 50, rng)
+    assert T.shape == (10, 10, 10) and T.nnz == 50 and T.coords[0].dtype == np.int32 and T.has_canonical_format
+    assert bench.coo3(10, 50, rng, index32=False).coords[0].dtype == np.int64
+    flat = np.ravel_multi_index(T.coords, T.shape)
+    assert np.all(np.diff(flat) > 0)                                  # canonical, distinct
+
+
+def test_real_matrices_come_from_installed_packages():
+    found = bench.real_matrices()
+    for src, A in found.values():
+        assert sp.issparse(A) and A.format == "csr" and A.nnz > 0 and src
+    pytest.importorskip("networkx")
+    assert found["karate"][1].shape == (34, 34)
+
+
+def test_table_has_the_issue_targets():
+    by_id = {c.id: c for c in bench.cases(small=True)}
+    want = {"spmv:uniform": 1.0, "spmm32:uniform": 0.5, "sddmm32:uniform": 0.5, "spgemm:uniform": 1.2,
+            "mttkrp:uniform": 0.5, "spmv:tiny": 5.0}
+    assert {i: by_id[i].target for i in want} == want
+    assert by_id["spmv:uniform"].target_threads == "1"
+    assert by_id["spmv:uniform"].thread_target == by_id["spmm32:uniform"].thread_target == 1.6
+    for k in ("spmm8", "spmm128", "sddmm128", "add", "mul", "ttv"):
+        assert f"{k}:uniform" in by_id
+    c = by_id["spmv:uniform"]                      # the bandwidth model of field.md
+    A = bench.uniform_rows(100, 100, 10, np.random.default_rng(0))
+    x = np.ones(100)
+    assert c.bytes((A, x), None) == A.nnz * 12 + 101 * 4 + 100 * 16
+    assert c.flops((A, x), None) == 2 * A.nnz
+    assert bench._products(A, A) == int(np.diff(A.indptr)[A.indices].sum())     # Gustavson's multiplies
+
+
+def test_select():
+    cs = bench.cases(small=True)
+    assert {c.kernel for c in bench.select(cs, "spmv,spgemm:rmat")} == {"spmv", "spgemm"}
+    assert [c.id for c in bench.select(cs, "spgemm:rmat")] == ["spgemm:rmat"]
+    with pytest.raises(SystemExit, match="unknown kernel"):
+        bench.select(cs, "nope")
+
+
+# --------------------------------------------------------------------------- a real run
+
+def test_small_run_writes_json_and_png(tmp_path, capsys):
+    args = _args(tmp_path, kernels="spmv:uniform,sddmm32,spmv:tiny")
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "spmv" in out and "sddmm32" in out and "FAILED" not in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["schema"] == bench.SCHEMA
+    assert {"machine", "config", "bandwidth", "worker_start_s", "real_matrices", "results", "summary"} <= set(r)
+    assert r["bandwidth"]["read_1t_gbs"] > 0 and r["config"]["small"] is True
+    assert [x["id"] for x in r["results"]] == ["spmv:uniform", "sddmm32:uniform", "spmv:tiny"]
+    for x in r["results"]:
+        assert x["ok"] and x["error"] is None and x["check"].startswith("vs ")
+        for key in ("sparsecc_ms", "sparsecc_1t_ms", "compile_s", "cold_compile", "gflops", "gbs", "bw_fraction",
+                    "flops", "bytes", "shape", "nnz", "baselines", "threads"):
+            assert key in x, key
+        ref = next(iter(x["baselines"]))
+        assert x["baselines"][ref]["ms"] > 0 and x["baselines"][ref]["ratio"] > 0
+    first = r["results"][0]
+    assert "scipy" in first["baselines"] and first["target"]["ratio"] == 1.0
+    assert isinstance(first["target"]["met"], bool)
+    assert r["results"][1]["baselines"].keys() >= {"numpy"}
+    assert r["results"][2]["cold_compile"] is False        # same kernel as the first row
+    md = (tmp_path / "r.md").read_text().splitlines()
+    assert md[0].startswith("| kernel | input |") and len(md) == 2 + 3
+    assert md[2].startswith("| spmv | uniform | 20000x20000 / ") and "<= 1 (1 thread)" in md[2]
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_wrong_kernel_is_reported_failed(tmp_path, capsys):
+    # a real sparsecc kernel computing A^T x, checked against scipy's A @ x: must fail
+    wrong = bench.Case("wrong", "transposed", "ji,j->i",
+                       lambda rng: (bench.uniform_rows(50, 50, 5, rng), rng.random(50)),
+                       {"scipy": lambda A, x: (lambda: A @ x)},
+                       flops=lambda ops, ref: 1, bytes=lambda ops, ref: 1, formats=("csr", "dense"))
+    args = _args(tmp_path, kernels="spmv:tiny")
+    assert bench.run(args, extra_cases=[wrong]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "wrong:transposed" in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    row = r["results"][-1]
+    assert row["ok"] is False and "above tolerance" in row["check"] and "sparsecc_ms" not in row
+    assert r["summary"]["failed"] == ["wrong:transposed"]
+    assert "| wrong | transposed | 50x50 / " in (tmp_path / "r.md").read_text()
+
+
+def test_run_case_with_a_wrong_result_directly():
+    case = next(c for c in bench.cases(small=True) if c.id == "spmv:tiny")
+    row = bench.run_case(case, threads=1, repeat=3, budget=0.01, stream={},
+                         kernel=lambda A, x: A @ x + 1.0)
+    assert row["ok"] is False and "sparsecc_ms" not in row
+    row = bench.run_case(case, threads=1, repeat=3, budget=0.01, stream={}, kernel=lambda A, x: 1 / 0)
+    assert row["ok"] is False and "ZeroDivisionError" in row["error"]
+
+
+def test_cli_lists_the_suite(capsys):
+    assert cli(["bench", "--list", "--no-real"]) == 0
+    out = capsys.readouterr().out
+    assert "spmv:uniform" in out and "mttkrp:uniform" in out and "target <= 0.5" in out
