@@ -136,6 +136,8 @@ class _Body:
         self.sparse_names = sparse_names  # operands of this generic that are sparse
         self.dims = dims or {}            # index name -> loop dimension
         self.stored = False               # inside stored(...) or a monoid reduction's body
+        self.invariants = frozenset()     # 0-d operands read before the loops
+        self.prefix = "v"                 # SSA names: %v1 ... in the body, unique ones when hoisting
         self.args: dict[Access, str] = {}
         self.hoisted: list[str] = []     # lines to place before the generic
 
@@ -185,7 +187,7 @@ class _Body:
 
     def fresh(self) -> str:
         self.n += 1
-        return f"%v{self.n}"
+        return f"%{self.prefix}{self.n}"
 
     def emit(self, text: str) -> str:
         v = self.fresh()
@@ -331,13 +333,18 @@ class _Body:
         in_row = lrow if e.op not in ("pair", "first", "second") else None
         rows = (lr, rr)
         sl, sr = self.sparse_in(e.left), self.sparse_in(e.right)
-        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr))):
+        # x / s by a scalar operand: the sparsifier admits division only by a constant it can
+        # prove non-zero, so it goes through a unary region (0 / s stays unstored, as x / c)
+        scalar_divisor = (e.op == "/" and sl and bool(accesses(e.right))
+                          and all(a in self.invariants for a in accesses(e.right)))
+        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr)) and not scalar_divisor):
             a, b = self.value(e.left, lrow), self.value(e.right, rrow)
             return self.apply(e.op, a, b, in_row, row, rows)
         # In a loop over a sparse operand: the op in the regions of sparse_tensor.binary/unary,
         # which say what happens where a side stores nothing.
         out_t = _body_type(row)
-        consts = [not accesses(c) and not any(isinstance(n, Index) for n in _nodes(c)) for c in (e.left, e.right)]
+        consts = [all(a in self.invariants for a in accesses(c)) and not any(isinstance(n, Index) for n in _nodes(c))
+                  for c in (e.left, e.right)]
         if any(consts) and not all(consts):
             k = 0 if consts[1] else 1                      # the side with tensors
             side, other = (e.left, e.right) if k == 0 else (e.right, e.left)
@@ -348,7 +355,18 @@ class _Body:
                 c = self.value(other, rows[1 - k])
                 return self.apply(e.op, *((p, c) if k == 0 else (c, p)), in_row, row, rows)
             absent = None
-            if not self.stored:
+            if scalar_divisor:
+                pass
+            elif not self.stored and accesses(other):
+                # op(0, s) of a scalar operand: computed once before the loops
+                outer, self.lines, self.prefix = self.lines, [], f"h{next(_hoist_ids)}_"
+                z = self.emit(_const_text(0, srow)[0])
+                c = self.value(other, rows[1 - k])
+                r = self.apply(e.op, *((z, c) if k == 0 else (c, z)), in_row, row, rows)
+                self.hoisted.extend(self.lines)
+                self.lines, self.prefix = outer, "v"
+                absent = [f"sparse_tensor.yield {r} : {out_t}"]
+            elif not self.stored:
                 with np.errstate(all="ignore"):
                     zero = np.zeros((), srow.numpy)
                     cval = _fold(other)
@@ -774,6 +792,16 @@ class _Function:
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
+        invariants = {}
+        if sparse_loop:
+            # 0-d dense operands are read once, before the loops: the sparsifier treats such
+            # a value as a loop invariant (x / s keeps x's pattern), while a 0-d tensor input
+            # of the generic trips it up (and crashed MLIR 22 for x + s)
+            for a in [a for a in ins if not a.indices and a.tensor not in self.encs]:
+                v = self.fresh("scalar")
+                self.lines.append(f"{v} = tensor.extract {self.ssa[a.tensor]}[] : {self.types[a.tensor]}")
+                invariants[a] = v
+            ins = [a for a in ins if a not in invariants]
         maps, in_vals, in_types = [], [], []
         for a in ins:
             maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in a.indices)})>")
@@ -785,6 +813,8 @@ class _Function:
                      {i: k for k, i in enumerate(dims)})
         body.stored = red_op != "sum" and bool(red_idx)
         bargs = []
+        body.args.update(invariants)
+        body.invariants = frozenset(invariants)
         for k, a in enumerate(ins):
             arow = _row(self.node_dtypes[a])
             body.args[a] = f"%in{k}"
