@@ -20,7 +20,7 @@ UNARY = {
     "asin": np.arcsin, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
     "ceil": np.ceil, "floor": np.floor,
 }
-BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
           "min": np.minimum, "max": np.maximum, "pow": np.power,
           "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
           "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
@@ -106,7 +106,16 @@ class Stored:
     body: "Expr"
 
 
-Expr = Union[Access, Const, Unary, Binary, Reduce, Where, Index, Stored]
+@dataclass(frozen=True, slots=True)
+class Dense:
+    """``dense(e)``: ``e`` with NumPy's meaning at every entry (unstored entries are zeros),
+    computed into a dense temporary first - so a monoid reduction or ``stored(...)`` around
+    it sees every entry (``min[j](dense(A[i,j]))`` is the minimum including zeros)."""
+
+    body: "Expr"
+
+
+Expr = Union[Access, Const, Unary, Binary, Reduce, Where, Index, Stored, Dense]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +155,8 @@ def show(e: Expr) -> str:
         return f"index({e.name})"
     if isinstance(e, Stored):
         return f"stored({show(e.body)})"
+    if isinstance(e, Dense):
+        return f"dense({show(e.body)})"
     return f"{e.op}[{','.join(e.indices)}]({show(e.body)})"
 
 
@@ -154,7 +165,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.arg,)
     if isinstance(e, Binary):
         return (e.left, e.right)
-    if isinstance(e, (Reduce, Stored)):
+    if isinstance(e, (Reduce, Stored, Dense)):
         return (e.body,)
     if isinstance(e, Where):
         return (e.cond, e.left, e.right)
@@ -249,7 +260,7 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             dt = np.asarray(e.value).dtype
         elif isinstance(e, Index):
             dt = np.dtype(np.int64)
-        elif isinstance(e, Stored):
+        elif isinstance(e, (Stored, Dense)):
             dt = visit(e.body)
         elif isinstance(e, Reduce):
             dt = visit(e.body)

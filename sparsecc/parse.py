@@ -10,13 +10,13 @@ import re
 from functools import lru_cache
 
 from .errors import OperandError, ParseError
-from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Expr, Index, Reduce,
+from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce,
                    Statement, Stored, Unary, Where, accesses, children, free_indices, used_indices)
 
 #: functions of two arguments in index notation, and the IR op each is
 _FUNCTIONS2 = {"min": "min", "max": "max", "pow": "pow", "pair": "pair", "first": "first",
                "second": "second", "land": "and", "lor": "or", "lxor": "xor"}
-_SPECIAL = ("where", "stored", "index")
+_SPECIAL = ("where", "stored", "index", "dense")
 
 # ----------------------------------------------------------------------------- einsum
 
@@ -69,7 +69,7 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
 _TOKEN = re.compile(r"""
     (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?j?)
   | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op><=|>=|==|!=|[-+*/()\[\],=<>])
+  | (?P<op>//|<=|>=|==|!=|[-+*/()\[\],=<>])
   | (?P<space>\s+)
   | (?P<bad>.)
 """, re.VERBOSE)
@@ -155,10 +155,10 @@ class _Parser:
 
     def term(self) -> Expr:
         e = self.factor()
-        while self.peek()[1] in ("*", "/"):
+        while self.peek()[1] in ("*", "/", "//"):
             _, op, pos = self.take()
             rhs = self.factor()
-            if op == "/" and free_indices(rhs) and not self.stored_depth:
+            if op in ("/", "//") and free_indices(rhs) and not self.stored_depth:
                 self.fail("division is only by a scalar (a constant or a scalar operand), or inside "
                           "stored(...), where only stored entries are divided; "
                           f"the divisor here has indices {','.join(free_indices(rhs))}", pos)
@@ -203,6 +203,11 @@ class _Parser:
                 body = self.args(1, val, pos)[0]
                 self.stored_depth -= 1
                 return Stored(body)
+            if val == "dense":
+                outer, self.stored_depth = self.stored_depth, 0
+                body = self.args(1, val, pos)[0]
+                self.stored_depth = outer
+                return Dense(body)
             if val == "index":
                 self.take("(")
                 name = self.take(kind="name")[1]

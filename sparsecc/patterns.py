@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import FormatError
-from .expr import (BINARY, UNARY, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary,
+from .expr import (BINARY, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
                    Where, children, show, used_indices)
 
 
@@ -49,7 +49,7 @@ def direct_accesses(e: Expr) -> list[Access]:
     """The accesses of ``e`` outside nested reductions (those become dense temporaries)."""
     if isinstance(e, Access):
         return [e]
-    if isinstance(e, Reduce):
+    if isinstance(e, (Reduce, Dense)):
         return []
     return [a for c in children(e) for a in direct_accesses(c)]
 
@@ -114,7 +114,7 @@ def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
     """The pattern of ``e`` when the operands named in ``sparse`` are sparse."""
     if isinstance(e, Stored):
         return stored_pattern(e.body, sparse)
-    if isinstance(e, Index):
+    if isinstance(e, (Index, Dense)):
         return FULL
     if isinstance(e, Where):
         a, b = pattern_of(e.left, sparse), pattern_of(e.right, sparse)
@@ -164,6 +164,8 @@ def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
         if a.full and b.full:
             return Pattern(True, why=a.why or b.why)
         return Pattern(False, (a.indices if not a.full else frozenset()) | (b.indices if not b.full else frozenset()))
+    if e.op == "//":
+        return _generic_binary(e, a, b)
     # division: only stored entries of the dividend are read (x / c)
     if not b.full:
         return Pattern(True, why=f"'{show(e)}' divides by a sparse operand, whose unstored zeros give inf/nan")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsecc.expr import (BINARY, MONOIDS, UNARY, Access, Binary, Const, Index, Reduce, Statement,
+from sparsecc.expr import (BINARY, MONOIDS, UNARY, Access, Binary, Const, Dense, Index, Reduce, Statement,
                            Stored, Unary, Where)
 
 
@@ -104,6 +104,9 @@ def evaluate(stmt: Statement, operands: dict, sparse: set):
             return grid(v, e.indices), grid(m, e.indices)
         if isinstance(e, Stored):
             return ev(e.body, True)
+        if isinstance(e, Dense):
+            v, _ = ev(e.body, False)
+            return v, np.ones([1] * nd, bool)
         if isinstance(e, Unary):
             v, m = ev(e.arg, stored_mode)
             with np.errstate(all="ignore"):
@@ -154,6 +157,6 @@ def _kids(e):
         return (e.left, e.right)
     if isinstance(e, Where):
         return (e.cond, e.left, e.right)
-    if isinstance(e, (Reduce, Stored)):
+    if isinstance(e, (Reduce, Stored, Dense)):
         return (e.body,)
     return ()

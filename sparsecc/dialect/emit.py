@@ -28,7 +28,7 @@ from .. import dtypes as dt
 from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
-from ..expr import (COMPARISONS, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary,
+from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
                     Where, accesses, free_indices, infer_dtypes)
 from ..formats import Format
 
@@ -297,6 +297,12 @@ class _Body:
             if k not in ops:
                 raise DTypeError(f"'{op}' on {row.name} is not supported")
             return self.emit(f"{ops[k]} {a}, {b} : {bt}")
+        if op == "//":
+            if k == "int":
+                return self.emit(f"arith.floordivsi {a}, {b} : {bt}")
+            if k == "float":
+                return self.emit(f"math.floor {self.emit(f'arith.divf {a}, {b} : {bt}')} : {bt}")
+            raise DTypeError(f"'//' on {row.name} is not supported")
         if op in _MINMAX:
             if k not in _MINMAX[op]:
                 raise DTypeError(f"{op} of {row.name} values is not supported")
@@ -571,7 +577,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     ssa = {opname: f"%arg{k}" for k, opname in enumerate(stmt.operands)}
     params = [f"%size_{i}: index" for i in index_order]
     params += [f"{ssa[o]}: {types[o]}" for o in stmt.operands]
-    fn = _Function(node_dtypes, encs, types, ssa)
+    fn = _Function(node_dtypes, encs, types, ssa, formats, aliases, dtypes)
     if any(isinstance(n, Index) for n in _nodes(stmt.expr)):
         # MLIR 22 does not renumber linalg.index when it demaps a permuted operand (CSC):
         # index(j) then reads another loop's index.  Read such operands in dimension order
@@ -587,6 +593,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
             fn.lines.append(f"{conv} = sparse_tensor.convert {ssa[opname]} : {types[opname]} to {new_type}")
             fn.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
             fn.ssa[opname], fn.types[opname] = conv, new_type
+            fn.formats[opname] = Format(f.levels, None, None, f.pos_width, f.crd_width)
     expr = fn.materialize_inner_reductions(stmt.expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
     red_op = expr.op if isinstance(expr, Reduce) else "sum"
@@ -601,11 +608,21 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         if via is not None:
             aliases.append(f"#encvia = {via.encoding()}")
             build_type = _tensor_type(len(stmt.indices), out_row, "#encvia")
-        fn.lines.append(f"%out = tensor.empty({sizes}) : {build_type}")
-        res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False,
-                         red_op=red_op, identity=ident)
         tail = []
-        if via is not None:
+        if not any(a.tensor in fn.encs for a in accesses(body_expr)):
+            # every input of the last loop nest is dense (temporaries): the sparsifier cannot
+            # insert from dense loops, so compute densely and convert (which stores nonzeros)
+            dense_type = _tensor_type(len(stmt.indices), out_row, None)
+            fn.alloc("%dense_out_m", "%dense_out", stmt.indices, out_row)
+            res = fn.generic("%dense_out", dense_type, stmt.indices, red, body_expr, fn.node_dtypes[expr],
+                             red_op=red_op, identity=ident)
+            fn.lines.append(f"%converted = sparse_tensor.convert {res} : {dense_type} to {out_type}")
+            res = "%converted"
+        else:
+            fn.lines.append(f"%out = tensor.empty({sizes}) : {build_type}")
+            res = fn.generic("%out", build_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], fill=False,
+                             red_op=red_op, identity=ident)
+        if via is not None and res != "%converted":
             tail = [f"%converted = sparse_tensor.convert {res} : {build_type} to {out_type}",
                     f"bufferization.dealloc_tensor {res} : {build_type}"]
             res = "%converted"
@@ -634,9 +651,12 @@ module {{
 
 
 class _Function:
-    def __init__(self, node_dtypes, encs, types, ssa):
+    def __init__(self, node_dtypes, encs, types, ssa, formats=None, aliases=None, dtypes=None):
         self.node_dtypes = dict(node_dtypes)
         self.encs = encs
+        self.formats = dict(formats or {})   # operand -> Format (as read by the loops)
+        self.aliases = aliases if aliases is not None else []
+        self.dtypes = dtypes or {}
         self.types = dict(types)
         self.ssa = dict(ssa)
         self.lines: list[str] = []
@@ -680,6 +700,12 @@ class _Function:
                     new = Binary("+", l, r)
             elif isinstance(node, Stored):
                 new = Stored(visit(node.body, root))
+            elif isinstance(node, Dense):
+                body = visit(node.body, root)
+                self._retype(node, body)
+                if root or not any(a.tensor in self.encs for a in accesses(body)):
+                    return body
+                return self.temporary(body)
             else:
                 new = Reduce(node.op, node.indices, visit(node.body, False), node.identity)
             self._retype(node, new)
@@ -762,6 +788,31 @@ class _Function:
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
+    def kept_outer(self, a: Access, out_idx) -> None:
+        """Store sparse operand ``a`` with the kept (output) indices' levels first when its
+        reduced levels lie both outside and inside the output's loops.  MLIR 22 then starts
+        the inner custom reduction (``sparse_tensor.reduce``) from its identity instead of
+        the value the outer loop accumulated, so max over i,k of X[i,j,k] for output j kept
+        only the last i's value.  The operand is converted inside the kernel."""
+        f = self.formats.get(a.tensor)
+        if f is None or f.block is not None or len(set(a.indices)) != len(a.indices):
+            return
+        seq = [a.indices[d] for d in f.order]
+        kept = [k for k, i in enumerate(seq) if i in out_idx]
+        reduced = [k for k, i in enumerate(seq) if i not in out_idx]
+        if not kept or not reduced or not (reduced[0] < kept[-1] and reduced[-1] > kept[0]):
+            return        # reductions all inside or all outside the output's loops: exact
+        order = tuple(d for d in f.order if a.indices[d] in out_idx) + \
+            tuple(d for d in f.order if a.indices[d] not in out_idx)
+        new = Format(f.levels, order, None, f.pos_width, f.crd_width)
+        alias = f"#encr{self.n + 1}"
+        self.aliases.append(f"{alias} = {new.encoding()}")
+        new_type = _tensor_type(len(a.indices), dt.lookup(self.dtypes[a.tensor]), alias)
+        conv = self.fresh("reordered")
+        self.lines.append(f"{conv} = sparse_tensor.convert {self.ssa[a.tensor]} : {self.types[a.tensor]} to {new_type}")
+        self.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
+        self.ssa[a.tensor], self.types[a.tensor], self.formats[a.tensor] = conv, new_type, new
+
     def alloc(self, buf: str, tensor: str | None, idx, row: dt.DType) -> None:
         """A dense temporary: ``memref.alloc`` (freed before returning), and as a tensor."""
         mtype = "memref<" + "".join("?x" for _ in idx) + row.storage + ">"
@@ -792,6 +843,10 @@ class _Function:
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
+        if red_idx and red_op not in ("sum", "plus"):
+            for a in ins:
+                if a.tensor in self.encs:
+                    self.kept_outer(a, out_idx)
         invariants = {}
         if sparse_loop:
             # 0-d dense operands are read once, before the loops: the sparsifier treats such
