@@ -78,9 +78,9 @@ def _same_shape(x, y):
 
 def _add(x, other, alpha, sign: str, out_format):
     x = as_operand(x, "input")
-    if _is_scalar(other):     # a constant in the kernel: one compile per value (see _literal)
-        v = np.asarray(other).item() * alpha
-        return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} {sign} {_literal(v, 'add')}", X=x,
+    if _is_scalar(other):     # a 0-d operand: one compile serves every value
+        s = _scalar(np.asarray(other) * alpha, x.dtype)
+        return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} {sign} s", X=x, s=s,
                         out_format=out_format)
     y = as_operand(other, "other")
     _same_shape(x, y)
@@ -104,19 +104,21 @@ def sub(input, other, *, alpha=1, out_format=None):
 
 
 def div(input, other, *, out_format=None):
-    """``torch.div`` by a scalar: ``input / other``, ``input``'s pattern.  True division
-    (integers give floats).  The divisor is written into the kernel as a constant (one
-    compile per divisor: MLIR 22 fails to compile a division by a 0-d operand with a sparse
-    result).  Division by a tensor is refused (MLIR 22's sparsifier only divides by
-    loop-invariant values)."""
+    """``torch.div``: ``input / other``, true division (integers give floats).
+
+    By a scalar: ``input``'s pattern (one compile serves every divisor; dividing by 0 gives
+    inf/nan at the stored entries only, like torch).  By a tensor of the same shape: the
+    quotient at ``input``'s stored entries (``stored(X / Y)``; a dense ``input`` stores every
+    entry), so a sparse ``input`` keeps its pattern and its unstored zeros are never divided.
+    """
     x = as_operand(input, "input")
-    if not _is_scalar(other):
-        raise OperandError("div divides by a scalar; dividing a sparse tensor by a tensor is not "
-                           "supported (MLIR 22's sparsifier only divides by loop-invariant values)")
-    v = np.asarray(other).item()
-    if v == 0:
-        raise OperandError("div: division by zero")
-    return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} / {_literal(v, 'div')}", X=x,
+    if _is_scalar(other):
+        s = np.asarray(other, np.result_type(x.dtype, np.asarray(other).dtype))
+        return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} / s", X=x, s=s,
+                        out_format=out_format if out_format is not None else _default_layout(x))
+    y = as_operand(other, "other")
+    _same_shape(x, y)
+    return evaluate(f"{_acc('O', x.ndim)} = stored({_acc('X', x.ndim)} / {_acc('Y', x.ndim)})", X=x, Y=y,
                     out_format=out_format if out_format is not None else _default_layout(x))
 
 
