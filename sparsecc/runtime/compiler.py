@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import tempfile
 import threading
 
 from ..errors import CompileError
+from ..options import DEFAULT, Options
 
 _lock = threading.Lock()
 _worker: subprocess.Popen | None = None
@@ -38,18 +40,27 @@ def _save_ir(mlir: str) -> str:
     return path
 
 
-def compile_library(mlir: str, out: str, *, opt_level: int = 3, cpu: str | None = None,
-                    name: str = "kernel", what: str = "kernel", entry: str = "sparsecc_entry",
-                    object_only: bool = False) -> dict:
-    """Compile ``mlir`` into the shared library ``out``; returns stages and the ABI.
+def compile_library(mlir: str, out: str, *, options: Options | None = None, opt_level: int | None = None,
+                    cpu: str | None = None, name: str = "kernel", what: str = "kernel",
+                    entry: str = "sparsecc_entry", object_only: bool = False) -> dict:
+    """Compile ``mlir`` into the shared library ``out``; returns stages and the ABI, and
+    what was chosen for the kernel (``parallel``: the MLIR strategy, ``openmp``: whether
+    the library has parallel loops and needs the OpenMP runtime).
 
-    ``entry``: the exported packed entry point; ``object_only``: write an object file
-    instead of linking a library (ahead-of-time builds link several).
+    ``options``: every code-generation option (:class:`sparsecc.Options`; ``opt_level`` and
+    ``cpu``, when given, override its fields); ``entry``: the exported packed entry point;
+    ``object_only``: write an object file instead of linking a library (ahead-of-time builds
+    link several).
 
     Raises :class:`CompileError` (IR saved) when MLIR or LLVM reject the kernel or crash.
     """
     global _worker
-    req = {"mlir": mlir, "entry": entry, "object_only": object_only, "opt_level": opt_level, "cpu": cpu, "out": out, "name": name}
+    options = options or DEFAULT
+    if opt_level is not None or cpu is not None:
+        options = dataclasses.replace(options, opt_level=options.opt_level if opt_level is None else opt_level,
+                                      cpu=cpu if cpu is not None else options.cpu)
+    req = {"mlir": mlir, "entry": entry, "object_only": object_only, "options": dataclasses.asdict(options),
+           "out": out, "name": name}
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start()

@@ -8,6 +8,7 @@ specialization is compiled once per process (memory cache) and once per machine 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import math
 import os
@@ -24,7 +25,7 @@ from ..expr import Reduce, Statement, accesses, describe, index_sizes, infer_dty
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from ..patterns import check_sparse_result, default_result_format
-from . import cache, compiler
+from . import cache, compiler, threads
 from .memref import describe as describe_array, specifier
 from .operands import INT32_MAX, as_operand, build, default_format
 from .results import new_result, wrap
@@ -87,14 +88,17 @@ def _expected_args(sig: KernelSignature, formats) -> int:
 
 
 def _build(stmt, fmts, dts, out_format, options, split, via=None):
+    """Emit and compile (or find on disk) one form of a specialization.  Every field of
+    ``options`` reaches the compile worker and the cache key (``index_width`` too, which the
+    operands' formats already carry in their widths)."""
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
     key = cache.key_of(mlir, options.key())
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
-        reply = compiler.compile_library(mlir, out, opt_level=options.opt_level, cpu=options.cpu,
-                                         what=f"'{stmt}'")
-        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"]}, out)
+        reply = compiler.compile_library(mlir, out, options=options, what=f"'{stmt}'")
+        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
+                                  "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
     else:
@@ -128,7 +132,10 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         if len(info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
+        if info.get("openmp"):
+            threads.load_runtime()        # libomp, before the library that needs it
         lib = cache.open_library(entry)   # exactly the bytes that were hashed
+        threads.register(lib)             # its thread count follows sc.set_num_threads
         fn = lib.sparsecc_entry
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p]
@@ -171,12 +178,15 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                            options: Options, out_format: Format | None, obj_path: str,
                            entry: str) -> KernelSignature:
     """Compile one specialization into the object file ``obj_path`` exporting ``entry``
-    (ahead-of-time libraries; no cache).  Returns its signature."""
+    (ahead-of-time libraries; no cache).  Returns its signature.  Always serial code
+    (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
+    runtime."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+    options = dataclasses.replace(options, parallel="none")
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
-        reply = compiler.compile_library(mlir, obj_path, opt_level=options.opt_level, cpu=options.cpu,
+        reply = compiler.compile_library(mlir, obj_path, options=options,
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
