@@ -672,14 +672,19 @@ def _ms(v):
     return f"{v * 1e3:.1f}us" if v < 1 else f"{v:.2f}"
 
 
+def _why(r: dict, width: int = 150) -> str:
+    """A failed row's reason on one line (the JSON keeps the whole message)."""
+    text = " ".join((r["error"] or r.get("check") or "").split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def table(rows: list[dict]) -> str:
     hdr = (f"{'kernel':10}{'input':11}{'sparsecc':>10}{'1 thr':>10}{'spdup':>6}{'baseline':>17}{'ratio':>7}"
            f"{'target':>8}{'met':>11}{'torch':>10}{'r.torch':>8}{'GFLOP/s':>8}{'GB/s':>7}{'%BW':>5}{'comp s':>7}")
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
         if not r["ok"]:
-            why = r["error"] or r.get("check", "")
-            lines.append(f"{r['kernel']:10}{r['input']:11}  FAILED  {why}")
+            lines.append(f"{r['kernel']:10}{r['input']:11}  FAILED  {_why(r)}")
             continue
         bases = r["baselines"]
         ref = next(iter(bases))
@@ -708,7 +713,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         shape = "x".join(map(str, r.get("shape", []))) + f" / {r.get('nnz', '-')}"
         if not r["ok"]:
-            why = r["error"] or r.get("check")
+            why = _why(r, 300).replace("|", "\\|")
             out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * 11}|")
             continue
         bases = r["baselines"]
