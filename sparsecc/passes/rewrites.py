@@ -177,7 +177,7 @@ MIN_PARALLEL_TRIP = 512
 #: static split waits for its slowest thread; 0 = static (one contiguous block per thread)
 CHUNK = 1024
 _PARALLEL = re.compile(r"^(\s*)omp\.parallel \{\n(\s*omp\.wsloop [^\n]*\{\n\s*omp\.loop_nest \([^)]*\) : \w+ = "
-                       r"\((%[\w.#]+)\) to \((%[\w.#]+)\))", re.M)
+                       r"\(([^)]*)\) to \(([^)]*)\))", re.M)
 
 
 def thread_count(text: str) -> str:
@@ -190,7 +190,8 @@ def thread_count(text: str) -> str:
     def sub(m):
         nonlocal k
         k += 1
-        ind, lb, ub = m.group(1), m.group(3), m.group(4)
+        # a loop nest of several dimensions (a fill) counts its outermost one
+        ind, lb, ub = m.group(1), m.group(3).split(",")[0].strip(), m.group(4).split(",")[0].strip()
         pre = [f"%sc_ntp{k} = llvm.mlir.addressof @sparsecc_num_threads : !llvm.ptr",
                f"%sc_ntg{k} = llvm.load %sc_ntp{k} : !llvm.ptr -> i32",
                f"%sc_trip{k} = arith.subi {ub}, {lb} : index",

@@ -50,7 +50,7 @@ def compile_job(req: dict) -> dict:
     import llvmlite.binding as llb
 
     from sparsecc.options import Options
-    from sparsecc.passes.pipeline import lower
+    from sparsecc.passes.pipeline import host_features, lower
 
     # every code-generation option (parallel strategy, vector length, loop order ...); the
     # old opt_level/cpu fields still count when a request has no "options"
@@ -85,7 +85,7 @@ def compile_job(req: dict) -> dict:
         if not fn.is_declaration and fn.name != entry:
             fn.linkage = "internal"
     cpu = options.cpu or llb.get_host_cpu_name()
-    features = llb.get_host_cpu_features().flatten() if not options.cpu else ""
+    features = host_features(llb.get_host_cpu_features().flatten()) if not options.cpu else ""
     tm = llb.Target.from_default_triple().create_target_machine(
         cpu=cpu, features=features, opt=options.opt_level, reloc="pic", codemodel="default")
     pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=options.opt_level))

@@ -28,9 +28,23 @@ def _start() -> subprocess.Popen:
     # the worker must find this very package, wherever it was imported from
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen([sys.executable, "-m", "sparsecc.runtime._worker"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", _BOOT, pkg_root], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=_stderr, text=True, env=env,
                             bufsize=1)
+
+
+# The worker runs sparsecc.runtime._worker without executing sparsecc/__init__.py: that
+# imports NumPy, SciPy and the whole front end (0.4 s of a first compile here), and the
+# worker needs only the passes, the options and MLIR.  The package is entered as a bare
+# module whose __path__ is the package folder; submodules import as usual.
+_BOOT = """\
+import runpy, sys, types
+root = sys.argv[1]
+pkg = types.ModuleType("sparsecc")
+pkg.__path__ = [root + "/sparsecc"]
+sys.modules["sparsecc"] = pkg
+runpy.run_module("sparsecc.runtime._worker", run_name="__main__", alter_sys=True)
+"""
 
 
 def _save_ir(mlir: str) -> str:
