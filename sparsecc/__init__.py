@@ -15,10 +15,11 @@ from .errors import (CompileError, DTypeError, FormatError, OperandError, ParseE
                      SparseccError)
 from .formats import Format
 from .options import Options
+from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
 from . import ops
 
 __all__ = ["aot", "ops", "einsum", "evaluate", "compile", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError",
-           "__version__"]
+           "__version__", "set_num_threads", "get_num_threads"]

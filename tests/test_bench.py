@@ -181,6 +181,14 @@ def test_run_case_with_a_wrong_result_directly():
     row = bench.run_case(case, threads=1, repeat=3, budget=0.01, stream={}, kernel=lambda A, x: 1 / 0)
     assert row["ok"] is False and "ZeroDivisionError" in row["error"]
 
+    def crash(A, x):
+        raise RuntimeError("first line\nsecond line | with a bar")
+    row = bench.run_case(case, threads=1, repeat=3, budget=0.01, stream={}, kernel=crash)
+    lines = bench.table([row]).splitlines()
+    assert len(lines) == 3 and "FAILED" in lines[-1] and "first line second line" in lines[-1]
+    assert "\n" in row["error"]                                  # the JSON keeps the whole message
+    assert bench.markdown([row]).count("\n") == 2 and "\\|" in bench.markdown([row])
+
 
 def test_cli_lists_the_suite(capsys):
     assert cli(["bench", "--list", "--no-real"]) == 0

@@ -13,29 +13,48 @@ sparse buffers), and the emitter frees its own dense temporaries with explicit
 ``memref.dealloc``.  MLIR's ``buffer-deallocation-pipeline`` cannot be used: it rejects the
 explicit deallocations the sparsifier emits for sparse outputs.
 
+Code-generation options (``sc.Options``) change the pipelines: ``loop_order`` and
+``parallel`` fill in options of ``sparse-reinterpret-map`` and ``sparsification``,
+``vector_length`` adds ``sparse-vectorization``, and a kernel with parallel loops goes
+through ``OPENMP`` (``scf.parallel`` -> OpenMP, run by the libomp that ships with the
+package, see ``runtime/threads.py``).  :func:`pipelines` gives the exact pipelines of one
+options object; :func:`fingerprint` (part of the cache key) covers every table and rewrite.
+
 Each entry is ``(pass, reason)``; an entry may be ``("func.func(...)", ...)`` to nest.
+``<name>`` in a pass is a placeholder filled in from the options (see :func:`sparsify`).
 """
 
 from __future__ import annotations
 
-# MLIR with encoded tensors -> loops over sparse buffers (dense values still tensors)
+import re
+
+from ..options import DEFAULT, Options
+
+# MLIR with encoded tensors -> loops over sparse buffers (dense values still tensors).
+# MLIR's sparsification-and-bufferization mini-pipeline, spelled out: as a textual pass it
+# cannot be told to free the sparse temporaries it makes (create-sparse-deallocs), and every
+# transpose or format conversion inside a kernel then leaked its buffers.
 SPARSIFY: tuple[tuple[str, str], ...] = (
-    # MLIR's sparsification-and-bufferization mini-pipeline, spelled out: as a textual pass
-    # it cannot be told to free the sparse temporaries it makes (create-sparse-deallocs),
-    # and every transpose or format conversion inside a kernel then leaked its buffers.
     ("pre-sparsification-rewrite", "fold and rewrite sparse ops into forms the sparsifier handles"),
     ("func.func(empty-tensor-to-alloc-tensor)", "tensor.empty of the sparse result into an allocation"),
-    ("sparse-reinterpret-map{scope=all}",
-     "demap non-identity level maps (CSC, BSR blocks) so loops run over levels"),
-    ("sparsification{enable-runtime-library=false}",
+    ("sparse-reinterpret-map{scope=all<loop-order>}",
+     "demap non-identity level maps (CSC, BSR blocks) so loops run over levels, and sort each "
+     "generic's loops (Options.loop_order: MLIR's loop-ordering-strategy)"),
+    # (here: parallel_strategy, see rewrites.py - reads the sorted loops to choose a safe
+    #  parallelization strategy for this kernel)
+    ("sparsification{enable-runtime-library=false<parallel>}",
      "sparsify every linalg.generic over encoded tensors (loops over stored entries only); "
-     "may insert a conversion where no loop order fits (transposes)"),
+     "may insert a conversion where no loop order fits (transposes); a parallelization "
+     "strategy turns the chosen loops into scf.parallel"),
     ("func.func(stage-sparse-ops)", "split conversions and other complex sparse ops into stages"),
     ("lower-sparse-ops-to-foreach{enable-runtime-library=false enable-convert=true}",
      "conversions and the rest into sparse_tensor.foreach loops"),
     ("sparse-reinterpret-map{scope=except-generic}", "demap what the previous step created"),
     ("func.func(lower-sparse-foreach-to-scf)", "foreach loops into scf loops"),
     ("loop-invariant-code-motion", "hoist invariant loads out of the sparse loops"),
+    ("<vectorize>",
+     "only with Options.vector_length > 0: sparse-vectorization turns innermost loops into "
+     "vector ops (gathers, masked loads); enable-simd-index32 when every index is 32-bit"),
     ("sparse-tensor-codegen{create-sparse-deallocs=true}",
      "sparse tensors become pos/crd/value memrefs plus a storage specifier (codegen ABI: "
      "dynamic shapes); temporaries made by the sparsifier are freed"),
@@ -54,7 +73,10 @@ BUFFERIZE: tuple[tuple[str, str], ...] = (
      "the storage specifier becomes an LLVM struct {lvlSizes[rank], memSizes[fields]}"),
     ("func.func(canonicalize)", "clean up after sparsification"),
     ("func.func(expand-realloc)", "memref.realloc (growing sparse output buffers) into alloc+copy+dealloc"),
-    ("func.func(convert-linalg-to-loops)", "the remaining dense linalg ops (fills) become loops"),
+    ("func.func(<linalg-to-loops>)",
+     "the remaining dense linalg ops (fills) become loops: convert-linalg-to-loops, or in a "
+     "kernel with parallel sparse loops convert-linalg-to-parallel-loops (the output's fill "
+     "would otherwise be a serial part of a parallel kernel)"),
     ("func.func(convert-vector-to-scf)", "vector transfers left by vectorization become loops"),
 )
 
@@ -76,7 +98,26 @@ LOWER_TO_LLVM: tuple[tuple[str, str], ...] = (
     ("convert-func-to-llvm", "functions; llvm.emit_c_interface adds the _mlir_ciface_ wrapper"),
     ("convert-arith-to-llvm", "arithmetic"),
     ("convert-cf-to-llvm", "branches"),
+    ("<openmp-to-llvm>", "only for kernels with parallel loops: convert-openmp-to-llvm, the types "
+     "inside OpenMP regions (the regions themselves go to LLVM IR at translation)"),
     ("reconcile-unrealized-casts", "drop the casts the conversions left between them"),
+)
+
+# scf.parallel -> OpenMP, between widen_i1_memrefs and LOWER_TO_LLVM, only for kernels that
+# have parallel loops after sparsification (then inline_alloca_scopes and thread_count, see
+# rewrites.py).
+OPENMP: tuple[tuple[str, str], ...] = (
+    ("convert-scf-to-openmp",
+     "each scf.parallel becomes omp.parallel + omp.wsloop (static schedule: each thread a "
+     "contiguous block of rows); libomp runs them"),
+)
+
+# LLVM tuning for the host CPU (Options.cpu = None), added to its feature string when the
+# host has AVX-512 (see runtime/_worker.py)
+LLVM_AVX512_TUNING: tuple[tuple[str, str], ...] = (
+    ("-prefer-256-bit",
+     "LLVM's server-CPU tuning keeps vectors at 256 bits; 512-bit vectors made CSR SpMM "
+     "(32 columns) 10-20% faster and SpMV no slower (docs/threads-and-options.md)"),
 )
 
 #: named stages of a compile, in order: each maps one IR text to the next
@@ -87,28 +128,107 @@ def pipeline_text(passes: tuple[tuple[str, str], ...]) -> str:
     return "builtin.module(" + ",".join(p for p, _ in passes) + ")"
 
 
+def _fill(passes, values: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """``passes`` with each ``<name>`` placeholder replaced; a pass that is only a placeholder
+    is dropped when its value is empty."""
+    out = []
+    for p, why in passes:
+        for k, v in values.items():
+            p = p.replace(f"<{k}>", v)
+        if p:
+            out.append((p, why))
+    return tuple(out)
+
+
+def sparsify(options: Options = DEFAULT, strategy: str = "none", index32: bool = True):
+    """SPARSIFY for ``options``, with MLIR parallelization ``strategy`` (already made safe by
+    ``parallel_strategy``); ``index32``: every position/coordinate of the kernel is 32-bit."""
+    vl = options.vector_length
+    return _fill(SPARSIFY, {
+        "loop-order": "" if options.loop_order == "default" else f" loop-ordering-strategy={options.loop_order}",
+        "parallel": "" if strategy == "none" else f" parallelization-strategy={strategy}",
+        "vectorize": "" if not vl else
+        f"sparse-vectorization{{vl={vl}{' enable-simd-index32=true' if index32 else ''}}}",
+    })
+
+
+def bufferize(strategy: str = "none") -> tuple[tuple[str, str], ...]:
+    return _fill(BUFFERIZE, {"linalg-to-loops": "convert-linalg-to-loops" if strategy == "none"
+                             else "convert-linalg-to-parallel-loops"})
+
+
+def lower_to_llvm(openmp: bool) -> tuple[tuple[str, str], ...]:
+    return _fill(LOWER_TO_LLVM, {"openmp-to-llvm": "convert-openmp-to-llvm" if openmp else ""})
+
+
+def pipelines(options: Options = DEFAULT, strategy: str = "none", index32: bool = True,
+              openmp: bool = False) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The pipelines one kernel goes through, by name, in order."""
+    out = {"sparsify": sparsify(options, strategy, index32), "bufferize": bufferize(strategy)}
+    if openmp:
+        out["openmp"] = OPENMP
+    out["lower-to-llvm"] = lower_to_llvm(openmp)
+    return out
+
+
 def fingerprint() -> str:
-    """Every pipeline and rewrite, as text: part of the cache key."""
+    """Every pipeline table and rewrite, as text: part of the cache key (the options, which
+    select among them, are in the key too).  Includes the OpenMP runtime's version, which
+    parallel kernels link against."""
+    from ..runtime.threads import runtime_version
     from . import rewrites, widen_i1
-    return "\n".join([pipeline_text(SPARSIFY), rewrites.VERSION, pipeline_text(BUFFERIZE), widen_i1.VERSION,
-                      pipeline_text(LOWER_TO_LLVM)])
+    tables = (SPARSIFY, BUFFERIZE, OPENMP, LOWER_TO_LLVM, LLVM_AVX512_TUNING)
+    return "\n".join([*("\n".join(p for p, _ in t) for t in tables), rewrites.VERSION,
+                      f"auto={rewrites.AUTO} min_parallel_trip={rewrites.MIN_PARALLEL_TRIP} chunk={rewrites.CHUNK}",
+                      widen_i1.VERSION, f"openmp runtime {runtime_version()}"])
 
 
-def lower(module) -> dict[str, str]:
-    """Run every pipeline and rewrite on ``module`` (in place, inside the compile worker),
-    down to the LLVM dialect; returns the ``sparsified`` stage's text."""
-    from mlir import passmanager
+def host_features(features: str) -> str:
+    """The LLVM feature string for the host CPU: its own features plus the tuning above."""
+    if "+avx512f" in features.split(","):
+        features = ",".join([features, *(f for f, _ in LLVM_AVX512_TUNING)])
+    return features
 
-    from .rewrites import restrict_to_tensor, sort_algorithm
+
+def _index32(mlir: str) -> bool:
+    """Whether every sparse encoding in ``mlir`` has 32-bit positions and coordinates."""
+    encs = re.findall(r"#sparse_tensor\.encoding<\{(.*?)\}>", mlir)
+    return all("posWidth = 32" in e and "crdWidth = 32" in e for e in encs)
+
+
+def lower(module, options: Options = DEFAULT):
+    """Run every pipeline and rewrite on ``module`` down to the LLVM dialect (inside the
+    compile worker).  Returns ``(module, stages, info)``: the lowered module (a new one when
+    a rewrite had to go through text), the ``sparsified`` stage's text, and what was chosen
+    (``{"parallel": strategy, "openmp": bool}``)."""
+    from mlir import ir, passmanager
+
+    from .rewrites import (count_parallel_loops, inline_alloca_scopes, parallel_strategy,
+                           restrict_to_tensor, sort_algorithm, thread_count)
     from .widen_i1 import widen_i1_memrefs
 
-    cut = [p for p, _ in SPARSIFY].index("sparse-buffer-rewrite")
-    passmanager.PassManager.parse(pipeline_text(SPARSIFY[:cut])).run(module.operation)
+    def run(passes):
+        if passes:
+            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+
+    index32 = _index32(str(module))
+    names = [p for p, _ in SPARSIFY]
+    split = names.index("sparsification{enable-runtime-library=false<parallel>}")
+    run(sparsify(options)[:split])              # up to the loop sorting
+    strategy = parallel_strategy(module, options.parallel)
+    passes = sparsify(options, strategy, index32)
+    cut = [p for p, _ in passes].index("sparse-buffer-rewrite")
+    run(passes[split:cut])
     sort_algorithm(module, "heap_sort")
-    passmanager.PassManager.parse(pipeline_text(SPARSIFY[cut:])).run(module.operation)
+    run(passes[cut:])
     restrict_to_tensor(module)
-    passmanager.PassManager.parse(pipeline_text(BUFFERIZE)).run(module.operation)
+    run(bufferize(strategy))
     widen_i1_memrefs(module)
     stages = {"sparsified": str(module)}
-    passmanager.PassManager.parse(pipeline_text(LOWER_TO_LLVM)).run(module.operation)
-    return stages
+    openmp = count_parallel_loops(module) > 0
+    if openmp:
+        run(OPENMP)
+        inline_alloca_scopes(module)
+        module = ir.Module.parse(thread_count(str(module)))
+    run(lower_to_llvm(openmp))
+    return module, stages, {"parallel": strategy, "openmp": openmp}

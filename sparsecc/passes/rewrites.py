@@ -15,7 +15,10 @@ in place and nothing else aliases it, so each one is marked ``restrict writable`
 
 from __future__ import annotations
 
-VERSION = "restrict_to_tensor 1; sort_algorithm heap_sort 1"
+import re
+
+VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
+           "inline_alloca_scopes 1; thread_count 1")
 
 
 def restrict_to_tensor(module) -> int:
@@ -53,3 +56,162 @@ def sort_algorithm(module, algorithm: str) -> int:
     for op in found:
         op.attributes["algorithm"] = attr
     return len(found)
+
+
+# ----------------------------------------------------------------------------- parallel loops
+#: strategies that parallelize inner loops too, and what they fall back to when a kernel
+#: has a reduction loop
+_ANY_LOOP = {"dense-any-loop": "dense-outer-loop", "any-storage-any-loop": "any-storage-outer-loop"}
+#: what parallel="auto" asks MLIR for where it is safe: the outermost loop, whether it runs
+#: over a dense level (CSR rows) or a compressed one (DCSR's stored rows); measured in
+#: docs/threads-and-options.md
+AUTO = "any-storage-outer-loop"
+
+
+def _generics(module) -> list[tuple[list[str], bool]]:
+    """(iterator types in loop order, has a dense output) of every linalg.generic over
+    encoded tensors, as the sparsifier will see them."""
+    from mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name == "linalg.generic":
+            types = [v.type for v in op.operands]
+            enc = [isinstance(t, ir.RankedTensorType) and ir.RankedTensorType(t).encoding is not None
+                   for t in types]
+            if any(enc):
+                iters = ["reduction" if "reduction" in str(a) else "parallel"
+                         for a in op.attributes["iterator_types"]]
+                found.append((iters, not enc[-1]))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def parallel_strategy(module, requested: str) -> str:
+    """The MLIR parallelization strategy to sparsify ``module`` with, given the
+    ``Options.parallel`` the user asked for.  Runs after ``sparse-reinterpret-map`` has sorted
+    every generic's loops (loop 0 is the outermost).
+
+    MLIR's sparsifier does not look at iterator types when it parallelizes a loop: an outer
+    reduction loop (CSC SpMV, ``ij->j`` over CSR) would write ``y`` from several threads at
+    once, and a parallel reduction into a scalar changes the order of a floating-point sum.
+    So a loop may run in parallel only if it is a ``parallel`` iterator (it indexes the
+    output, so iterations write disjoint entries) of a generic with a dense output (MLIR never
+    parallelizes a sparse output).  ``*-outer-loop``: only if loop 0 of every such generic
+    is parallel, else ``none``; ``*-any-loop``: only without any reduction loop, else the
+    outer-loop variant; ``auto``: :data:`AUTO` where that is safe."""
+    if requested == "none":
+        return "none"
+    dense_out = [iters for iters, dense in _generics(module) if dense]
+    if not dense_out:
+        return "none"
+    outer_ok = all(iters[0] == "parallel" for iters in dense_out)
+    if requested == "auto":
+        return AUTO if outer_ok else "none"
+    if requested in _ANY_LOOP and any("reduction" in iters for iters in dense_out):
+        requested = _ANY_LOOP[requested]
+    return requested if outer_ok else "none"
+
+
+def count_parallel_loops(module) -> int:
+    """How many ``scf.parallel`` the sparsifier made; raises if one carries a reduction
+    (``parallel_strategy`` never allows one: it would not be exact)."""
+    from mlir import ir
+
+    loops = []
+
+    def visit(op):
+        if op.name == "scf.parallel":
+            loops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if any(len(op.results) for op in loops):
+        raise RuntimeError("internal error: a parallel loop with a reduction")
+    return len(loops)
+
+
+def inline_alloca_scopes(module) -> int:
+    """Inline the ``memref.alloca_scope`` that ``convert-scf-to-openmp`` wraps around each
+    parallel loop body: ``convert-scf-to-cf`` cannot lower the loops inside one (its region
+    holds a single block).  A scope that holds a ``memref.alloca`` stays (inlined, it would
+    grow the stack on every iteration); returns how many were inlined."""
+    from mlir import ir
+
+    scopes = []
+
+    def visit(op):
+        if op.name == "memref.alloca_scope":
+            scopes.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    done = 0
+    for scope in scopes:
+        allocas = []
+
+        def find(op):
+            if op.name == "memref.alloca":
+                allocas.append(op)
+            return ir.WalkResult.ADVANCE
+
+        scope.walk(find)
+        if allocas or len(scope.results):
+            continue
+        ops = list(scope.regions[0].blocks[0].operations)
+        for op in ops[:-1]:                   # all but memref.alloca_scope.return
+            op.move_before(scope)
+        scope.erase()
+        done += 1
+    return done
+
+
+#: below this many iterations a parallel loop runs on one thread (waking the team costs
+#: more than a few hundred short rows)
+MIN_PARALLEL_TRIP = 512
+#: how iterations are dealt to threads: chunks of this many, handed out on demand
+#: (``schedule(dynamic)``): rows vary in length, and on a machine shared with other work a
+#: static split waits for its slowest thread; 0 = static (one contiguous block per thread)
+CHUNK = 1024
+_PARALLEL = re.compile(r"^(\s*)omp\.parallel \{\n(\s*omp\.wsloop [^\n]*\{\n\s*omp\.loop_nest \([^)]*\) : \w+ = "
+                       r"\(([^)]*)\) to \(([^)]*)\))", re.M)
+
+
+def thread_count(text: str) -> str:
+    """Give every ``omp.parallel`` of the module text ``num_threads(n)``: n is read from the
+    library's global ``sparsecc_num_threads`` (which ``sc.set_num_threads`` writes in every
+    loaded kernel), or 1 when the loop has fewer than :data:`MIN_PARALLEL_TRIP` iterations."""
+    count = text.count("omp.parallel")
+    k = 0
+
+    def sub(m):
+        nonlocal k
+        k += 1
+        # a loop nest of several dimensions (a fill) counts its outermost one
+        ind, lb, ub = m.group(1), m.group(3).split(",")[0].strip(), m.group(4).split(",")[0].strip()
+        pre = [f"%sc_ntp{k} = llvm.mlir.addressof @sparsecc_num_threads : !llvm.ptr",
+               f"%sc_ntg{k} = llvm.load %sc_ntp{k} : !llvm.ptr -> i32",
+               f"%sc_trip{k} = arith.subi {ub}, {lb} : index",
+               f"%sc_min{k} = arith.constant {MIN_PARALLEL_TRIP} : index",
+               f"%sc_small{k} = arith.cmpi ult, %sc_trip{k}, %sc_min{k} : index",
+               f"%sc_one{k} = arith.constant 1 : i32",
+               f"%sc_nt{k} = arith.select %sc_small{k}, %sc_one{k}, %sc_ntg{k} : i32"]
+        loop = m.group(2)
+        if CHUNK:
+            pre.append(f"%sc_chunk{k} = arith.constant {CHUNK} : i64")
+            loop = loop.replace("omp.wsloop {", f"omp.wsloop schedule(dynamic = %sc_chunk{k} : i64) {{", 1)
+        return "".join(f"{ind}{p}\n" for p in pre) + f"{ind}omp.parallel num_threads(%sc_nt{k} : i32) {{\n" + loop
+
+    text = _PARALLEL.sub(sub, text)
+    if k != count:
+        raise RuntimeError(f"internal error: {count - k} omp.parallel without a recognized loop")
+    glob = "  llvm.mlir.global external @sparsecc_num_threads(1 : i32) {addr_space = 0 : i32} : i32\n"
+    head, sep, rest = text.partition("module {\n")
+    if not sep:
+        head, sep, rest = text.partition("module attributes")
+        line_end = rest.index("{\n") + 2
+        return head + sep + rest[:line_end] + glob + rest[line_end:]
+    return head + sep + glob + rest

@@ -49,13 +49,19 @@ def compile_job(req: dict) -> dict:
 
     import llvmlite.binding as llb
 
-    from sparsecc.passes import lower
+    from sparsecc.options import Options
+    from sparsecc.passes.pipeline import host_features, lower
 
+    # every code-generation option (parallel strategy, vector length, loop order ...); the
+    # old opt_level/cpu fields still count when a request has no "options"
+    options = Options(**req["options"]) if req.get("options") else Options(
+        opt_level=req.get("opt_level", 3), cpu=req.get("cpu"))
     stages: dict[str, str] = {}
     with ir.Context():
         module = ir.Module.parse(req["mlir"])
         stages["mlir"] = str(module)
-        stages.update(lower(module))
+        module, lowered, chosen = lower(module, options)
+        stages.update(lowered)
         ciface = f"_mlir_ciface_{req['name']}"
         types = None
         for op in module.body.operations:
@@ -78,32 +84,40 @@ def compile_job(req: dict) -> dict:
     for fn in mod.functions:
         if not fn.is_declaration and fn.name != entry:
             fn.linkage = "internal"
-    cpu = req.get("cpu") or llb.get_host_cpu_name()
-    features = llb.get_host_cpu_features().flatten() if not req.get("cpu") else ""
+    cpu = options.cpu or llb.get_host_cpu_name()
+    features = host_features(llb.get_host_cpu_features().flatten()) if not options.cpu else ""
     tm = llb.Target.from_default_triple().create_target_machine(
-        cpu=cpu, features=features, opt=req["opt_level"], reloc="pic", codemodel="default")
-    pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=req["opt_level"]))
+        cpu=cpu, features=features, opt=options.opt_level, reloc="pic", codemodel="default")
+    pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=options.opt_level))
     pb.getModulePassManager().run(mod, pb)
     stages["llvm"] = str(mod)
     obj = tm.emit_object(mod)
 
     out = req["out"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    reply = {"ok": True, "stages": stages, "arg_types": types, "parallel": chosen["parallel"],
+             "openmp": chosen["openmp"]}
     if req.get("object_only"):          # ahead-of-time libraries link several objects later
+        if chosen["openmp"]:
+            raise RuntimeError("internal error: an ahead-of-time object with parallel loops")
         with open(out, "wb") as f:
             f.write(obj)
-        return {"ok": True, "stages": stages, "arg_types": types}
+        return reply
     with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
         o = os.path.join(tmp, "kernel.o")
         so = os.path.join(tmp, "kernel.so")
         with open(o, "wb") as f:
             f.write(obj)
         cc = req.get("cc") or "cc"
-        r = subprocess.run([cc, "-shared", "-o", so, o, "-lm"], capture_output=True, text=True)
+        libs = ["-lm"]
+        if chosen["openmp"]:            # libomp by name; the runtime loads it before the kernel
+            from sparsecc.runtime.threads import link_args
+            libs = link_args() + libs
+        r = subprocess.run([cc, "-shared", "-o", so, o, *libs], capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"linking with {cc} failed: {r.stderr.strip()}")
         os.replace(so, out)
-    return {"ok": True, "stages": stages, "arg_types": types}
+    return reply
 
 
 def main() -> None:

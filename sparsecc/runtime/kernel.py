@@ -8,6 +8,7 @@ specialization is compiled once per process (memory cache) and once per machine 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import math
 import os
@@ -16,19 +17,20 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import dtypes as dt
 from ..dialect import KernelSignature, emit_kernel
-from ..errors import CompileError, FormatError, OperandError, SparseccError
+from ..errors import CompileError, FormatError, OperandError, ShapeError, SparseccError
 from ..expr import Reduce, Statement, accesses, describe, index_sizes, infer_dtypes
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from ..patterns import check_sparse_result, default_result_format
-from . import cache, compiler
-from .memref import describe as describe_array, specifier
-from .operands import INT32_MAX, as_operand, build, default_format
-from .results import new_result, wrap
-from .validate import validate
+from . import cache, compiler, threads
+from .memref import ArgPacker
+from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
+from .results import result_view, wrap
+from .validate import check_widths, validate
 
 
 @dataclass
@@ -87,14 +89,17 @@ def _expected_args(sig: KernelSignature, formats) -> int:
 
 
 def _build(stmt, fmts, dts, out_format, options, split, via=None):
+    """Emit and compile (or find on disk) one form of a specialization.  Every field of
+    ``options`` reaches the compile worker and the cache key (``index_width`` too, which the
+    operands' formats already carry in their widths)."""
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
     key = cache.key_of(mlir, options.key())
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
-        reply = compiler.compile_library(mlir, out, opt_level=options.opt_level, cpu=options.cpu,
-                                         what=f"'{stmt}'")
-        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"]}, out)
+        reply = compiler.compile_library(mlir, out, options=options, what=f"'{stmt}'")
+        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
+                                  "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
     else:
@@ -128,7 +133,10 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         if len(info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
+        if info.get("openmp"):
+            threads.load_runtime()        # libomp, before the library that needs it
         lib = cache.open_library(entry)   # exactly the bytes that were hashed
+        threads.register(lib)             # its thread count follows sc.set_num_threads
         fn = lib.sparsecc_entry
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p]
@@ -171,12 +179,15 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                            options: Options, out_format: Format | None, obj_path: str,
                            entry: str) -> KernelSignature:
     """Compile one specialization into the object file ``obj_path`` exporting ``entry``
-    (ahead-of-time libraries; no cache).  Returns its signature."""
+    (ahead-of-time libraries; no cache).  Returns its signature.  Always serial code
+    (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
+    runtime."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+    options = dataclasses.replace(options, parallel="none")
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
-        reply = compiler.compile_library(mlir, obj_path, opt_level=options.opt_level, cpu=options.cpu,
+        reply = compiler.compile_library(mlir, obj_path, options=options,
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
@@ -347,43 +358,88 @@ class Kernel:
             raise OperandError(f"'{self.source}' takes {len(ops)} operand(s), got {len(args)}")
         return list(args)
 
-    def _prepare(self, args, kwargs):
-        values = [as_operand(v, describe(n)) for n, v in zip(self.stmt.operands, self._bind(args, kwargs))]
-        if self.check:
-            for n, v in zip(self.stmt.operands, values):
-                validate(v, describe(n))
-        shapes, dtypes, fmts = {}, [], []
-        for name, x in zip(self.stmt.operands, values):
-            what = describe(name)
+    _call_info: "_CallInfo | None" = None    # made on the first call (see _static)
+
+    def _static(self) -> "_CallInfo":
+        """What every call of this kernel shares (made on the first call)."""
+        info = self._call_info
+        if info is None:
+            info = self._call_info = _CallInfo(self.stmt)
+        return info
+
+    def _prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
+        """The plan for calls with operands like ``values``: resolved formats and widths,
+        a loader per operand, the compiled kernel and its argument layout.  It depends only
+        on what ``keys`` and ``wide`` say about the operands, never on their contents."""
+        info = self._static()
+        ops = self.stmt.operands
+        dtypes, fmts = [], []
+        for name, x, what in zip(ops, values, info.whats):
             dtypes.append(dt.lookup(x.dtype, what).name)
-            shapes[name] = tuple(x.shape)
-        sizes = index_sizes(self.stmt, shapes)
-        for name, x in zip(self.stmt.operands, values):
-            what = describe(name)
             own, block = default_format(x)
             spec = self.formats.get(name) or own
             fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
         fmts = _without_coiterated_blocks(fmts)
-        out_fmt = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense),
-                                      tuple(sizes[i] for i in self.stmt.indices))
+        out_shape = tuple(sizes[j] for j in info.out_slots)
+        out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
         if out_fmt is not None:
             orders = _row_wise_orders(self.stmt)
-            fmts = [_for_sparse_result(f, orders.get(n)) for n, f in zip(self.stmt.operands, fmts)]
-        stores = [build(x, f, describe(n)) for n, x, f in zip(self.stmt.operands, values, fmts)]
+            fmts = [_for_sparse_result(f, orders.get(n)) for n, f in zip(ops, fmts)]
+        fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
+                for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]
         out = _result_dtype(self.stmt, tuple(dtypes))
+        converts = [None] * len(ops)
         if out.kind == "c":
             # The sparsifier cannot lower real->complex conversions inside a sparse loop:
             # store such an operand's values as complex (numpy.einsum converts them too).
-            for k, s in enumerate(stores):
-                if not s.fmt.is_dense and s.buffers[-1].dtype != out:
-                    s.buffers[-1] = s.buffers[-1].astype(out)
+            for k, f in enumerate(fmts):
+                if not f.is_dense and dtypes[k] != out.name:
+                    converts[k] = out
                     dtypes[k] = out.name
-        return stores, tuple(dtypes), sizes, out_fmt
+        formats, dtypes = tuple(fmts), tuple(dtypes)
+        if self._library is not None:
+            comp = self._library.get((formats, dtypes, out_fmt))
+            if comp is None:
+                (fm, dd, _), = self._library
+                raise OperandError(
+                    f"this ahead-of-time kernel '{self.source}' was built for operands "
+                    f"{', '.join(f'{f} {d}' for f, d in zip(fm, dd))}; got "
+                    f"{', '.join(f'{f} {d}' for f, d in zip(formats, dtypes))}")
+            key = None
+        else:
+            comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt)
+            key = _loaded_key(comp)
+        sig = comp.signature
+        layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]
+        out_layout = (len(out_fmt.fields()), len(out_fmt.levels)) if out_fmt is not None else len(out_shape)
+        return _Plan(comp=comp, key=key, library=self._library, formats=formats, out_fmt=out_fmt,
+                     loaders=tuple(loader(x, f) for x, f in zip(values, formats)),
+                     converts=tuple(converts) if any(c is not None for c in converts) else None,
+                     size_slots=tuple(info.slot[i] for i in sig.index_order),
+                     out_dtype=np.dtype(sig.out_dtype),
+                     packer=ArgPacker(len(sig.index_order), layout, out_layout))
+
+    def _operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
+        """``f`` with its index widths resolved (a width the format fixes is kept):
+        ``Options.index_width`` if set, else 32 bits where every dimension and the entry
+        count fit in int32.  ``wide``: (a dimension, the entry count) need 64 bits."""
+        want = self.options.index_width
+        if want is None:
+            want = 64 if wide and (wide[0] or wide[1]) else 32
+        f = f.with_widths(want, want)
+        nnz = nnz_bound(x)
+        if self.options.index_width == 32 and wide and (
+                (f.crd_width == 32 and wide[0]) or (f.pos_width == 32 and wide[1])):
+            raise OperandError(f"{what} needs 64-bit indices ({max(shape)} is its largest dimension, it stores "
+                               f"up to {nnz} entries; 2^31 - 1 is the most 32 bits hold), but "
+                               f"Options(index_width=32) fixes 32; use index_width=None or 64")
+        check_widths(f, shape, nnz, what)
+        return f
 
     def _result_format(self, sparse: frozenset, shape: tuple[int, ...]) -> Format | None:
         """The result's format for this call (``None``: dense), index widths resolved:
-        32-bit coordinates when every dimension fits, 32-bit positions when every entry could
-        be stored and still be counted in 32 bits."""
+        ``Options.index_width`` if set; else 32-bit coordinates when every dimension fits,
+        32-bit positions when every entry could be stored and still be counted in 32 bits."""
         wide = (max(shape, default=0) > INT32_MAX, math.prod(shape) > INT32_MAX)
         k = (sparse, wide)
         got = self._out_cache.get(k, False)
@@ -397,48 +453,80 @@ class Kernel:
             got = None
         else:
             check_sparse_result(self.stmt, sparse)
-            got = fmt.with_widths(64 if wide[1] else 32, 64 if wide[0] else 32)
+            want = self.options.index_width
+            if want is None:
+                got = fmt.with_widths(64 if wide[1] else 32, 64 if wide[0] else 32)
+            else:
+                got = fmt.with_widths(want, want)
+            if (got.crd_width == 32 and wide[0]) or (got.pos_width == 32 and wide[1]):
+                # a width fixed by index_width or the result's format that could overflow
+                raise OperandError(
+                    f"the result has shape {shape}: {'a dimension' if wide[0] else 'its entry count'} "
+                    f"may not fit in 32 bits, but {'Options(index_width=32)' if want == 32 else 'its format'} "
+                    f"fixes 32-bit {'coordinates' if wide[0] else 'positions'}; use index_width=None or 64")
         self._out_cache[k] = got
         return got
 
     def __call__(self, *args, **kwargs):
-        stores, dtypes, sizes, out_fmt = self._prepare(args, kwargs)
-        formats = tuple(s.fmt for s in stores)
-        if self._library is not None:
-            comp = self._library.get((formats, dtypes, out_fmt))
-            if comp is None:
-                (fm, dd, _), = self._library
-                raise OperandError(
-                    f"this ahead-of-time kernel '{self.source}' was built for operands "
-                    f"{', '.join(f'{f} {d}' for f, d in zip(fm, dd))}; got "
-                    f"{', '.join(f'{f} {d}' for f, d in zip(formats, dtypes))}")
-        else:
-            comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt)
-        self._last = comp
-        sig = comp.signature
-        shape = tuple(sizes[i] for i in self.stmt.indices)
-        keep = []                                   # everything the call points into
-        if out_fmt is None:
-            out = np.empty(shape, dtype=sig.out_dtype)
-        else:
-            out = new_result(out_fmt)
-            keep.append(out)                        # the struct the kernel returns its storage in
-        for i in sig.index_order:
-            keep.append(ctypes.c_int64(sizes[i]))
-        for s in stores:
-            if s.fmt.is_dense:
-                keep.append(describe_array(s.buffers[0]))
+        info = self._call_info or self._static()
+        if kwargs or info.named or len(args) != info.n:
+            args = self._bind(args, kwargs)
+        # every operand is read and (check=True) validated on every call; the plan caches
+        # only what follows from the operands' kinds (type, dtype, rank) and widths
+        check = self.check
+        values, keys, shapes, counts = [], [], [], []
+        for x, what in zip(args, info.whats):
+            t = type(x)
+            if t is np.ndarray:
+                keys.append((t, x.dtype, x.ndim))
+                counts.append(x.size)
             else:
-                keep.extend(describe_array(b) for b in s.buffers)
-                keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
+                if t not in _DIRECT:
+                    x = as_operand(x, what)
+                    t = type(x)
+                if check:
+                    validate(x, what)
+                if t in _SPARSE_TYPES:
+                    data = x.data
+                    keys.append((t, data.dtype, len(x.shape)))
+                    counts.append(data.size)
+                else:
+                    keys.append(_key_of(x))
+                    counts.append(nnz_bound(x))
+            values.append(x)
+            shapes.append(x.shape)
+        sizes = info.sizes(shapes)
+        out_shape = [sizes[j] for j in info.out_slots]
+        wide = None            # does anything need 64-bit indices?  (usually one cheap test)
+        if max(counts, default=0) > INT32_MAX or (sizes and max(sizes) > INT32_MAX) or \
+                (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
+            wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
+                    max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
+        pkey = (tuple(keys), wide)
+        plan = info.plans.get(pkey)
+        if plan is not None and plan.library is None and _loaded.get(plan.key) is plan.comp:
+            STATS.hits += 1                 # a call served by a loaded kernel
+        elif plan is None or not plan.current(self):
+            plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide)
+        comp = self._last = plan.comp
+        operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+        if plan.converts is not None:
+            for k, to in enumerate(plan.converts):
+                if to is not None:
+                    bufs = operands[k][0]
+                    bufs[-1] = bufs[-1].astype(to)
+        out_fmt = plan.out_fmt
+        scalars = [sizes[j] for j in plan.size_slots]
         if out_fmt is None:
-            keep.append(describe_array(out))
-        argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-        comp.entry(argv)
-        del keep, stores
-        if out_fmt is not None:
-            return wrap(out_fmt, shape, np.dtype(sig.out_dtype), out, self.prune)
-        return out[()] if out.ndim == 0 else out
+            out = np.empty(out_shape, dtype=plan.out_dtype)
+            _, base = plan.packer.pack(scalars, operands, out)
+            comp.entry(base)
+            return out[()] if out.ndim == 0 else out
+        block, base = plan.packer.pack(scalars, operands, None)
+        comp.entry(base)
+        del operands
+        return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
+                    result_view(out_fmt, block, plan.packer.result_at), self.prune)
 
     # -------------------------------------------------------------- inspection
     def ir(self, stage: str = "mlir") -> str:
@@ -458,6 +546,125 @@ class Kernel:
         if stage == "mlir":
             return comp.mlir
         return comp.stages()[stage]
+
+
+# ---------------------------------------------------------------- the call path
+_SPARSE_TYPES = {sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix, sp.coo_array, sp.coo_matrix}
+_BSR_TYPES = {sp.bsr_array, sp.bsr_matrix}
+_DIRECT = frozenset({np.ndarray} | _SPARSE_TYPES | _BSR_TYPES)    # no as_operand needed
+
+
+def _key_of(x) -> tuple:
+    """What a call plan depends on about operand ``x`` (its kind, never its contents):
+    the type (for SciPy: the format), the value dtype, the rank or block size."""
+    t = type(x)
+    if t is np.ndarray:
+        return t, x.dtype, x.ndim
+    if t in _SPARSE_TYPES:
+        return t, x.data.dtype, len(x.shape)
+    if t in _BSR_TYPES:
+        return t, x.data.dtype, x.data.shape[1:]
+    if isinstance(x, np.ndarray):
+        return t, x.dtype, x.ndim
+    return t, x.format, x.dtype, len(x.shape), tuple(x.blocksize) if x.format == "bsr" else None
+
+
+class _CallInfo:
+    """What every call of one kernel shares: how operands are named in messages, where
+    each index takes its size from, and the call plans made so far."""
+
+    __slots__ = ("stmt", "n", "named", "whats", "slot", "src", "same", "ranks", "out_slots", "plans")
+
+    def __init__(self, stmt: Statement):
+        ops = stmt.operands
+        self.stmt = stmt
+        self.n = len(ops)
+        self.named = bool(ops) and not ops[0].startswith("#")
+        self.whats = tuple(describe(n) for n in ops)
+        names = list(dict.fromkeys([i for a in accesses(stmt.expr) for i in a.indices] + list(stmt.indices)))
+        self.slot = {i: j for j, i in enumerate(names)}
+        src, same, ranks = {}, [], []
+        for a in accesses(stmt.expr):
+            k = ops.index(a.tensor)
+            ranks.append((k, len(a.indices)))
+            for d, i in enumerate(a.indices):
+                j = self.slot[i]
+                if j in src:
+                    same.append((k, d, j))
+                else:
+                    src[j] = (k, d)
+        self.src = tuple(src.get(j) for j in range(len(names)))
+        self.same = tuple(same)
+        self.ranks = tuple(dict.fromkeys(ranks))
+        self.out_slots = tuple(self.slot[i] for i in stmt.indices)
+        self.plans: dict = {}
+
+    def sizes(self, shapes: list) -> list[int]:
+        """The size of every index (in slot order); a ShapeError where shapes disagree."""
+        for k, r in self.ranks:
+            if len(shapes[k]) != r:
+                self._fail(shapes)
+        try:
+            sizes = [shapes[k][d] for k, d in self.src]
+        except TypeError:          # an index no operand binds
+            self._fail(shapes)
+        for k, d, j in self.same:
+            if shapes[k][d] != sizes[j]:
+                self._fail(shapes)
+        return sizes
+
+    def _fail(self, shapes):
+        sizes = index_sizes(self.stmt, {n: tuple(s) for n, s in zip(self.stmt.operands, shapes)})
+        unbound = [i for i in self.slot if i not in sizes]
+        raise ShapeError(f"index {unbound[0]!r} takes its size from no operand" if unbound else
+                         f"operand shapes {[tuple(s) for s in shapes]} do not fit '{self.stmt}'")
+
+
+class _LoadedKey:
+    """A key of the loaded-kernel table with its hash computed once (a Statement hashes its
+    whole expression tree each time): a plan checks on every call that its kernel is still
+    the loaded one, so forgetting loaded kernels reaches kernels already planned."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key):
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        return other is self.key or other == self.key
+
+
+def _loaded_key(comp: Compiled) -> _LoadedKey | None:
+    for k, v in list(_loaded.items()):
+        if v is comp:
+            return _LoadedKey(k)
+    return None
+
+
+@dataclass(eq=False, slots=True)
+class _Plan:
+    """How to call a kernel on operands of one kind (see ``Kernel._prepare``).  Holds nothing
+    read from an operand's buffers: those are read and validated on every call."""
+
+    comp: Compiled
+    key: _LoadedKey | None          # where ``comp`` is in ``_loaded``; None: ahead-of-time
+    library: dict | None
+    formats: tuple[Format, ...]     # widths resolved
+    out_fmt: Format | None
+    loaders: tuple                  # per operand: operands.load_*
+    converts: tuple | None          # per operand: the dtype its values are converted to
+    size_slots: tuple[int, ...]     # the kernel's size arguments, as slots of the call's sizes
+    out_dtype: np.dtype
+    packer: ArgPacker
+
+    def current(self, k: "Kernel") -> bool:
+        if self.library is not None:
+            return k._library is self.library
+        return k._library is None and self.key is not None and _loaded.get(self.key) is self.comp
 
 
 @lru_cache(maxsize=4096)

@@ -128,6 +128,56 @@ def _coo_fast(x, fmt: Format) -> bool:
             and is_canonical_coo(x))
 
 
+# ---------------------------------------------------------------- the call path
+# A kernel's call plan (runtime/kernel.py) picks one loader per operand once per kind of
+# operand; a loader runs on every call and returns (buffers in field order, level sizes)
+# - or (the array, None) for a dense operand.  Loaders read everything from the operand.
+
+def nnz_bound(x) -> int:
+    """At least the number of entries operand ``x`` stores (for the index-width choice)."""
+    if isinstance(x, np.ndarray):
+        return x.size
+    data = x.data
+    return data.size if isinstance(data, np.ndarray) else len(data)
+
+
+def load_dense(x, fmt: Format, what: str):
+    if type(x) is not np.ndarray or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    return x, None
+
+
+def load_densified(x, fmt: Format, what: str):
+    return np.ascontiguousarray(x.toarray()), None
+
+
+def load_compressed(x, fmt: Format, what: str):
+    """A canonical CSR/CSC operand in its own layout, widths resolved: no copy where its
+    index dtypes match the widths."""
+    if not x.has_canonical_format:
+        return load_any(x, fmt, what)
+    shape = x.shape
+    order = fmt.order
+    return ([_idx(x.indptr, fmt.pos_width), _idx(x.indices, fmt.crd_width), np.ascontiguousarray(x.data)],
+            [shape[order[0]], shape[order[1]]])
+
+
+def load_any(x, fmt: Format, what: str):
+    s = build(x, fmt, what)
+    return s.buffers, s.lvl_sizes
+
+
+def loader(x, fmt: Format):
+    """The loader for operands of ``x``'s kind run as ``fmt`` (widths resolved)."""
+    if fmt.is_dense:
+        return load_densified if sp.issparse(x) else load_dense
+    if sp.issparse(x) and x.ndim == 2 and fmt.block is None:
+        own = _SAME.get(x.format)
+        if own is not None and fmt.levels == own.levels and fmt.order == own.order:
+            return load_compressed
+    return load_any
+
+
 def build(x, fmt: Format, what: str) -> Storage:
     """The buffers of operand ``x`` stored as ``fmt`` (block sizes resolved, widths free)."""
     s = _storage(x, fmt, what)

@@ -39,6 +39,11 @@ def new_result(fmt: Format):
     return result_class(len(fmt.fields()), len(fmt.levels))()
 
 
+def result_view(fmt: Format, block, offset: int):
+    """The result struct inside an argument block (see ``memref.ArgPacker``)."""
+    return result_class(len(fmt.fields()), len(fmt.levels)).from_buffer(block, offset)
+
+
 def _adopt(desc, n: int, dtype: np.dtype, freed: set) -> np.ndarray:
     """The first ``n`` elements of a kernel-allocated buffer as an array that frees it."""
     base = desc.allocated

@@ -1,8 +1,10 @@
 """Validation of operands before native code runs.
 
 Generated code trusts its buffers: an out-of-range coordinate is a wild memory access.  Every
-check here is vectorized and O(nnz) at most, with one pass per index array where possible
-(a coordinate array viewed as unsigned makes ``0 <= c < n`` a single ``max``).  Failures raise
+check here is O(nnz) at most and runs on every call: vectorized, with one pass per index
+array where possible (a coordinate array viewed as unsigned makes ``0 <= c < n`` a single
+``max``), or over Python lists for arrays of at most ``SMALL`` entries, where NumPy's fixed
+cost per reduction would dominate a small call.  Failures raise
 :class:`~sparsecc.errors.OperandError` (a ``SparseccError`` and a ``ValueError``) naming the
 operand and the problem.  ``check=False`` on a kernel skips all of it (unsafe: for trusted
 hot loops only).
@@ -23,7 +25,21 @@ from ..formats import Format
 INT32_MAX = np.iinfo(np.int32).max
 
 
+#: index arrays up to this length are checked in Python lists: a NumPy reduction costs about
+#: 1 us whatever its length, ``tolist()`` plus a list scan about 10 ns per element
+SMALL = 64
+
+_FORMAT_OF = {sp.csr_array: "csr", sp.csr_matrix: "csr", sp.csc_array: "csc", sp.csc_matrix: "csc",
+              sp.coo_array: "coo", sp.coo_matrix: "coo", sp.bsr_array: "bsr", sp.bsr_matrix: "bsr"}
+
+
+_INDEX_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
+                                                  np.uint8, np.uint16, np.uint32, np.uint64))
+
+
 def _index_array(a, what: str, name: str) -> np.ndarray:
+    if type(a) is np.ndarray and a.ndim == 1 and a.dtype in _INDEX_DTYPES:
+        return a
     a = np.asarray(a)
     if a.ndim != 1:
         raise OperandError(f"{what}: {name} must be one-dimensional, got shape {a.shape}")
@@ -32,15 +48,31 @@ def _index_array(a, what: str, name: str) -> np.ndarray:
     return a
 
 
+def _values(a, what: str, ndim: int = 1) -> np.ndarray:
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    if a.ndim != ndim:
+        raise OperandError(f"{what}: data must be {'one' if ndim == 1 else 'three'}-dimensional, "
+                           f"got shape {a.shape}")
+    return a
+
+
 def _in_range(c: np.ndarray, n: int, what: str, name: str) -> None:
     """Every value of ``c`` in ``[0, n)``: one pass (negative values are huge unsigned)."""
-    if c.size == 0:
+    size = c.size
+    if size == 0:
         return
-    u = c.view(np.dtype(f"u{c.dtype.itemsize}")) if c.dtype.kind == "i" else c
-    top = int(u.max())
-    if top >= n:
-        if c.dtype.kind == "i" and int(c.min()) < 0:
+    if size <= SMALL:
+        values = c.tolist()
+        lo, top = min(values), max(values)
+        if lo < 0:
+            raise OperandError(f"{what}: {name} holds a negative index ({lo})")
+    else:
+        u = c.view(np.dtype(f"u{c.dtype.itemsize}")) if c.dtype.kind == "i" else c
+        top = int(u.max())
+        if top >= n and c.dtype.kind == "i" and int(c.min()) < 0:
             raise OperandError(f"{what}: {name} holds a negative index ({int(c.min())})")
+    if top >= n:
         raise OperandError(f"{what}: {name} holds index {top}, out of range for a dimension of size {n}")
 
 
@@ -50,46 +82,62 @@ def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, ki
     if indptr.size != n_outer + 1:
         raise OperandError(f"{what}: indptr has {indptr.size} entries, expected {n_outer + 1} "
                            f"(one per {kind} plus one)")
-    if indptr[0] != 0:
-        raise OperandError(f"{what}: indptr must start at 0, starts at {int(indptr[0])}")
-    if n_outer and np.any(indptr[1:] < indptr[:-1]):
+    stored = indices.size
+    if n_outer < SMALL:
+        p = indptr.tolist()
+        first, nnz = p[0], p[-1]
+        decreasing = p != sorted(p)
+    else:
+        first, nnz = int(indptr[0]), int(indptr[-1])
+        decreasing = bool((indptr[1:] < indptr[:-1]).any())
+    if first != 0:
+        raise OperandError(f"{what}: indptr must start at 0, starts at {first}")
+    if decreasing:
         k = int(np.argmax(indptr[1:] < indptr[:-1]))
         raise OperandError(f"{what}: indptr decreases at {kind} {k} ({int(indptr[k])} -> {int(indptr[k + 1])})")
-    nnz = int(indptr[-1])
-    if nnz != indices.size:
-        raise OperandError(f"{what}: indptr ends at {nnz} but indices has {indices.size} entries")
+    if nnz != stored:
+        raise OperandError(f"{what}: indptr ends at {nnz} but indices has {stored} entries")
     if len(data) != nnz:
         raise OperandError(f"{what}: indptr ends at {nnz} but data has {len(data)} entries")
+    if 0 < stored <= SMALL:
+        c = indices.tolist()
+        if min(c) >= 0 and max(c) < n_inner:
+            return
     _in_range(indices, n_inner, what, "indices")
 
 
 def validate(x, what: str) -> None:
-    """Raise OperandError if the buffers of a SciPy operand are inconsistent."""
-    if not sp.issparse(x):
+    """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
+    read from the operand on every call: nothing is remembered between calls, since arrays
+    can be changed in place at any time."""
+    t = type(x)
+    if t is np.ndarray:
         return
-    shape = tuple(int(s) for s in x.shape)
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"{what} has a negative dimension: {shape}")
-    f = x.format
+    f = _FORMAT_OF.get(t)
+    if f is None:
+        if not sp.issparse(x):
+            return
+        f = x.format
+    shape = x.shape
+    if shape and min(shape) < 0:
+        raise ShapeError(f"{what} has a negative dimension: {tuple(int(s) for s in shape)}")
     if f in ("csr", "csc"):
-        if x.ndim != 2:
+        if len(shape) != 2:
             raise OperandError(f"{what}: a {f} array must be 2-D")
         outer, inner = (shape[0], shape[1]) if f == "csr" else (shape[1], shape[0])
-        _compressed(x.indptr, x.indices, np.asarray(x.data), outer, inner, what,
+        _compressed(x.indptr, x.indices, _values(x.data, what), outer, inner, what,
                     "row" if f == "csr" else "column")
     elif f == "bsr":
-        R, C = (int(b) for b in x.blocksize)
+        data = _values(x.data, what, 3)
+        R, C = (int(b) for b in data.shape[1:])
         if R < 1 or C < 1 or shape[0] % R or shape[1] % C:
-            raise OperandError(f"{what}: blocks of {R}x{C} do not tile the shape {shape}")
-        data = np.asarray(x.data)
-        if data.ndim != 3 or data.shape[1:] != (R, C):
-            raise OperandError(f"{what}: bsr data must have shape (nnz_blocks, {R}, {C}), got {data.shape}")
+            raise OperandError(f"{what}: blocks of {R}x{C} do not tile the shape {tuple(shape)}")
         _compressed(x.indptr, x.indices, data, shape[0] // R, shape[1] // C, what, "block row")
     elif f == "coo":
         coords = [_index_array(c, what, f"coordinate array {k}") for k, c in enumerate(x.coords)]
         if len(coords) != len(shape):
             raise OperandError(f"{what}: {len(coords)} coordinate arrays for {len(shape)} dimensions")
-        n = len(np.asarray(x.data))
+        n = len(_values(x.data, what))
         for k, c in enumerate(coords):
             if c.size != n:
                 raise OperandError(f"{what}: coordinate array {k} has {c.size} entries, data has {n}")

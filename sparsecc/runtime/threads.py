@@ -1,0 +1,145 @@
+"""Threads: how many the parallel kernels use, and the OpenMP runtime they run on.
+
+Kernels with parallel loops (``Options.parallel``) are OpenMP code: MLIR's
+``convert-scf-to-openmp`` lowering calls libomp's ``__kmpc_*`` entry points (GNU libgomp has
+none of them).  libomp comes from the ``cmeel-libomp`` wheel, a dependency of sparsecc; it
+is loaded from site-packages by absolute path, privately (``RTLD_LOCAL``, so it never
+interposes another OpenMP runtime such as torch's libgomp), before the first parallel
+kernel.  The kernel library names ``libomp.so`` as a needed library, and the dynamic linker
+binds it to the copy already loaded.
+
+The thread count is a run-time setting, not part of the compiled code or the cache key:
+every parallel kernel library holds an ``int32 sparsecc_num_threads`` that its parallel
+loops read on each call (``num_threads`` of each ``omp.parallel``);
+:func:`set_num_threads` writes it in every loaded library.  Default: the CPUs this process
+may run on (``os.sched_getaffinity``), or ``SPARSECC_NUM_THREADS``, read at import.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+
+from ..errors import SparseccError
+
+_RUNTIME_DIST = "cmeel-libomp"
+_RUNTIME_FILE = "cmeel.prefix/lib/libomp.so"
+_MAX_THREADS = 4096
+
+_lock = threading.Lock()
+_counters: list = []            # the sparsecc_num_threads of every loaded parallel kernel
+_runtime = None                 # the loaded libomp (ctypes.CDLL)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _checked(n, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        try:
+            import numpy as np
+            ok = isinstance(n, np.integer)
+        except ImportError:
+            ok = False
+        if not ok:
+            raise SparseccError(f"{what} must be a positive integer, got {n!r}")
+        n = int(n)
+    if n < 1 or n > _MAX_THREADS:
+        raise SparseccError(f"{what} must be between 1 and {_MAX_THREADS}, got {n}")
+    return n
+
+
+def _from_env() -> int:
+    text = os.environ.get("SPARSECC_NUM_THREADS", "").strip()
+    if not text:
+        return _cores()
+    try:
+        return _checked(int(text), "SPARSECC_NUM_THREADS")
+    except (ValueError, SparseccError):
+        warnings.warn(f"SPARSECC_NUM_THREADS={text!r} is not a thread count between 1 and {_MAX_THREADS}; "
+                      f"using all {_cores()} cores", RuntimeWarning, stacklevel=3)
+        return _cores()
+
+
+_num_threads = _from_env()
+
+
+def set_num_threads(n: int) -> None:
+    """Run parallel kernels on ``n`` threads (from now on, in every thread of this process).
+    ``n = 1`` runs them serially.  Raises :class:`SparseccError` for anything but an integer
+    from 1 to 4096."""
+    global _num_threads
+    n = _checked(n, "the number of threads")
+    with _lock:
+        _num_threads = n
+        for c in _counters:
+            c.value = n
+
+
+def get_num_threads() -> int:
+    """The number of threads parallel kernels run on."""
+    return _num_threads
+
+
+# ------------------------------------------------------------------------------ the runtime
+def runtime_path() -> str | None:
+    """The libomp inside site-packages (the ``cmeel-libomp`` wheel), or None without it."""
+    from importlib import metadata
+    try:
+        path = metadata.distribution(_RUNTIME_DIST).locate_file(_RUNTIME_FILE)
+    except metadata.PackageNotFoundError:
+        return None
+    path = os.path.abspath(str(path))
+    return path if os.path.exists(path) else None
+
+
+def runtime_version() -> str:
+    """The OpenMP runtime's package and version, for the cache key."""
+    from importlib import metadata
+    try:
+        return f"{_RUNTIME_DIST}={metadata.version(_RUNTIME_DIST)}"
+    except metadata.PackageNotFoundError:
+        return f"{_RUNTIME_DIST}=none"
+
+
+def load_runtime() -> ctypes.CDLL:
+    """Load libomp (once per process) so that parallel kernel libraries can be loaded."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            path = runtime_path()
+            if path is None:
+                raise SparseccError(f"parallel kernels need the OpenMP runtime from the {_RUNTIME_DIST!r} "
+                                    f"package (a dependency of sparsecc): pip install {_RUNTIME_DIST}, or "
+                                    f"compile with sc.Options(parallel='none')")
+            _runtime = ctypes.CDLL(path)        # RTLD_LOCAL: never interposes another runtime
+        return _runtime
+
+
+def link_args() -> list[str]:
+    """What a parallel kernel library is linked with: the folder of libomp, and libomp by
+    name only (no run path: :func:`load_runtime` loads it first)."""
+    path = runtime_path()
+    if path is None:
+        raise SparseccError(f"parallel kernels need the {_RUNTIME_DIST!r} package (pip install {_RUNTIME_DIST})")
+    return ["-L" + os.path.dirname(path), "-l:" + os.path.basename(path)]
+
+
+def register(lib: ctypes.CDLL) -> bool:
+    """Point ``lib``'s thread count at the current setting and follow later changes; False
+    if ``lib`` has no parallel loops."""
+    try:
+        counter = ctypes.c_int32.in_dll(lib, "sparsecc_num_threads")
+    except ValueError:
+        return False
+    with _lock:
+        counter.value = _num_threads
+        if not any(ctypes.addressof(c) == ctypes.addressof(counter) for c in _counters):
+            _counters.append(counter)
+    return True
