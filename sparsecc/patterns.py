@@ -164,8 +164,6 @@ def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
         if a.full and b.full:
             return Pattern(True, why=a.why or b.why)
         return Pattern(False, (a.indices if not a.full else frozenset()) | (b.indices if not b.full else frozenset()))
-    if e.op == "//":
-        return _generic_binary(e, a, b)
     # division: only stored entries of the dividend are read (x / c)
     if not b.full:
         return Pattern(True, why=f"'{show(e)}' divides by a sparse operand, whose unstored zeros give inf/nan")

@@ -82,15 +82,14 @@ def identity_of(op: str, row: dt.DType, given=None):
         return 1
     if op in ("lor", "land", "lxor"):
         return op == "land"
-    big = {"float": np.inf, "int": None, "bool": True}[row.kind] if row.kind != "complex" else None
     if row.kind == "complex":
-        raise DTypeError(f"{op} of complex values is not defined")
+        raise DTypeError(f"{op} of complex values is not defined (complex numbers have no order)")
     if row.kind == "int":
         info = np.iinfo(row.numpy)
         return info.max if op == "min" else info.min
     if row.kind == "bool":
         return op == "min"
-    return big if op == "min" else -big
+    return np.inf if op == "min" else -np.inf
 
 
 def _row(np_dtype) -> dt.DType:
