@@ -22,6 +22,7 @@ import argparse
 import gc
 import json
 import math
+import atexit
 import os
 import platform
 import shutil
@@ -877,7 +878,9 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
         else:
             os.environ["SPARSECC_CACHE_DIR"] = saved
         if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+            # kernels loaded from it stay in this process's memory cache (k.ir() reads their
+            # stages from the folder): remove it when the process ends, not now
+            atexit.register(shutil.rmtree, tmp, True)
         _torch_threads(all_cores())
 
     failed = [r["id"] for r in rows if not r["ok"]]
