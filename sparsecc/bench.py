@@ -19,10 +19,10 @@ time.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import math
-import atexit
 import os
 import platform
 import shutil
