@@ -167,8 +167,22 @@ def load_any(x, fmt: Format, what: str):
     return s.buffers, s.lvl_sizes
 
 
+def _native(x):
+    """``x`` with its values in this machine's byte order, on a copy (kernels read native
+    values; ``>f8`` data would be read as garbage)."""
+    if sp.issparse(x):      # (SciPy's constructors refuse such data: it was assigned)
+        data = x.data.astype(x.data.dtype.newbyteorder("="))
+        if x.format == "coo":
+            return type(x)((data, x.coords), shape=x.shape)
+        return type(x)((data, x.indices, x.indptr), shape=x.shape)
+    return np.asarray(x).astype(x.dtype.newbyteorder("="))
+
+
 def loader(x, fmt: Format):
     """The loader for operands of ``x``'s kind run as ``fmt`` (widths resolved)."""
+    if not x.dtype.isnative:
+        native = loader(_native(x), fmt)
+        return lambda x, fmt, what: native(_native(x), fmt, what)
     if fmt.is_dense:
         return load_densified if sp.issparse(x) else load_dense
     if sp.issparse(x) and x.ndim == 2 and fmt.block is None:
