@@ -133,6 +133,9 @@ def _coo_fast(x, fmt: Format) -> bool:
 # operand; a loader runs on every call and returns (buffers in field order, level sizes)
 # - or (the array, None) for a dense operand.  Loaders read everything from the operand.
 
+_INDEX = {32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+
+
 def nnz_bound(x) -> int:
     """At least the number of entries operand ``x`` stores (for the index-width choice)."""
     if isinstance(x, np.ndarray):
@@ -158,7 +161,8 @@ def load_compressed(x, fmt: Format, what: str):
         return load_any(x, fmt, what)
     shape = x.shape
     order = fmt.order
-    return ([_idx(x.indptr, fmt.pos_width), _idx(x.indices, fmt.crd_width), np.ascontiguousarray(x.data)],
+    return ([np.ascontiguousarray(x.indptr, _INDEX[fmt.pos_width]),
+             np.ascontiguousarray(x.indices, _INDEX[fmt.crd_width]), np.ascontiguousarray(x.data)],
             [shape[order[0]], shape[order[1]]])
 
 
