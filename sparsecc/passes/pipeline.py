@@ -118,7 +118,7 @@ OPENMP: tuple[tuple[str, str], ...] = (
 LLVM_AVX512_TUNING: tuple[tuple[str, str], ...] = (
     ("-prefer-256-bit",
      "LLVM's server-CPU tuning keeps vectors at 256 bits; 512-bit vectors made CSR SpMM "
-     "(32 columns) 10-20% faster and SpMV no slower (docs/threads-and-options.md)"),
+     "(32 columns) up to 20% faster and SpMV no slower (docs/threads-and-options.md)"),
 )
 
 #: named stages of a compile, in order: each maps one IR text to the next
