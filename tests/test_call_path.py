@@ -111,6 +111,19 @@ def test_non_canonical_after_canonical(rng):
     np.testing.assert_array_equal(B.indices, before[1])
 
 
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dcsr", "dense"])
+def test_values_in_foreign_byte_order(fmt, rng):
+    """SciPy's constructors refuse such values, but they can be assigned."""
+    A, x = csr(rng), rng.random(5)
+    if fmt == "dense":
+        big = A.toarray().astype(">f8")
+    else:
+        big = A.tocoo() if fmt == "coo" else A.copy()
+        big.data = big.data.astype(">f8")
+    got = sc.einsum("ij,j->i", big, x.astype(">f8"), formats=[None if fmt in ("coo", "dense") else fmt, None])
+    np.testing.assert_allclose(got, A @ x, rtol=1e-12)
+
+
 def test_forgetting_loaded_kernels_reaches_planned_kernels(rng, monkeypatch):
     A, x = csr(rng), rng.random(5)
     k = sc.compile("ij,j->i", "csr", "dense")

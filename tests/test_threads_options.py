@@ -138,10 +138,9 @@ def test_none_has_no_parallel_loops_and_needs_no_runtime():
 
 def test_any_loop_strategy_falls_back_to_outer_loop_with_a_reduction():
     # SpMV's inner loop sums into y[i]: any-storage-any-loop may only keep the outer loop
-    # (two parallel regions: the fill of y, and the rows)
     k = _check("spmv", "csr", "any-storage-any-loop")
     assert "scf.reduce(" not in k.ir("sparsified")
-    assert k.ir("llvm").count("call void (ptr, i32, ptr, ...) @__kmpc_fork_call") == 2
+    assert k.ir("llvm").count("call void (ptr, i32, ptr, ...) @__kmpc_fork_call") == 1
 
 
 @pytest.mark.parametrize("options", [dict(vector_length=4), dict(vector_length=8),

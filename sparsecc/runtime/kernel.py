@@ -498,8 +498,7 @@ class Kernel:
         sizes = info.sizes(shapes)
         out_shape = [sizes[j] for j in info.out_slots]
         wide = None            # does anything need 64-bit indices?  (usually one cheap test)
-        if max(counts, default=0) > INT32_MAX or (sizes and max(sizes) > INT32_MAX) or \
-                (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
+        if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
             wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
                     max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
         pkey = (tuple(keys), wide)

@@ -133,6 +133,9 @@ def _coo_fast(x, fmt: Format) -> bool:
 # operand; a loader runs on every call and returns (buffers in field order, level sizes)
 # - or (the array, None) for a dense operand.  Loaders read everything from the operand.
 
+_INDEX = {32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+
+
 def nnz_bound(x) -> int:
     """At least the number of entries operand ``x`` stores (for the index-width choice)."""
     if isinstance(x, np.ndarray):
@@ -158,7 +161,8 @@ def load_compressed(x, fmt: Format, what: str):
         return load_any(x, fmt, what)
     shape = x.shape
     order = fmt.order
-    return ([_idx(x.indptr, fmt.pos_width), _idx(x.indices, fmt.crd_width), np.ascontiguousarray(x.data)],
+    return ([np.ascontiguousarray(x.indptr, _INDEX[fmt.pos_width]),
+             np.ascontiguousarray(x.indices, _INDEX[fmt.crd_width]), np.ascontiguousarray(x.data)],
             [shape[order[0]], shape[order[1]]])
 
 
@@ -167,8 +171,22 @@ def load_any(x, fmt: Format, what: str):
     return s.buffers, s.lvl_sizes
 
 
+def _native(x):
+    """``x`` with its values in this machine's byte order, on a copy (kernels read native
+    values; ``>f8`` data would be read as garbage)."""
+    if sp.issparse(x):      # (SciPy's constructors refuse such data: it was assigned)
+        data = x.data.astype(x.data.dtype.newbyteorder("="))
+        if x.format == "coo":
+            return type(x)((data, x.coords), shape=x.shape)
+        return type(x)((data, x.indices, x.indptr), shape=x.shape)
+    return np.asarray(x).astype(x.dtype.newbyteorder("="))
+
+
 def loader(x, fmt: Format):
     """The loader for operands of ``x``'s kind run as ``fmt`` (widths resolved)."""
+    if not x.dtype.isnative:
+        native = loader(_native(x), fmt)
+        return lambda x, fmt, what: native(_native(x), fmt, what)
     if fmt.is_dense:
         return load_densified if sp.issparse(x) else load_dense
     if sp.issparse(x) and x.ndim == 2 and fmt.block is None:

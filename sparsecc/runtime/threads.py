@@ -21,6 +21,7 @@ import ctypes
 import os
 import threading
 import warnings
+from functools import lru_cache
 
 from ..errors import SparseccError
 
@@ -88,6 +89,7 @@ def get_num_threads() -> int:
 
 
 # ------------------------------------------------------------------------------ the runtime
+@lru_cache(maxsize=None)
 def runtime_path() -> str | None:
     """The libomp inside site-packages (the ``cmeel-libomp`` wheel), or None without it."""
     from importlib import metadata
@@ -99,6 +101,7 @@ def runtime_path() -> str | None:
     return path if os.path.exists(path) else None
 
 
+@lru_cache(maxsize=None)
 def runtime_version() -> str:
     """The OpenMP runtime's package and version, for the cache key."""
     from importlib import metadata

@@ -106,6 +106,23 @@ def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, ki
     _in_range(indices, n_inner, what, "indices")
 
 
+def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> bool:
+    """The checks of :func:`_compressed` for a small operand in one pass over Python lists:
+    True if it is valid; False sends it to ``_compressed``, which says what is wrong."""
+    if not (n_outer < SMALL and type(indptr) is np.ndarray and type(indices) is np.ndarray
+            and type(data) is np.ndarray and indptr.ndim == 1 and indices.ndim == 1 and data.ndim == 1
+            and indptr.dtype in _INDEX_DTYPES and indices.dtype in _INDEX_DTYPES):
+        return False
+    p = indptr.tolist()
+    if len(p) != n_outer + 1 or p[0] != 0 or p[-1] != len(indices) or len(indices) != len(data) \
+            or len(indices) > SMALL or p != sorted(p):
+        return False
+    if not p[-1]:
+        return True
+    c = indices.tolist()
+    return min(c) >= 0 and max(c) < n_inner
+
+
 def validate(x, what: str) -> None:
     """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
     read from the operand on every call: nothing is remembered between calls, since arrays
@@ -125,6 +142,8 @@ def validate(x, what: str) -> None:
         if len(shape) != 2:
             raise OperandError(f"{what}: a {f} array must be 2-D")
         outer, inner = (shape[0], shape[1]) if f == "csr" else (shape[1], shape[0])
+        if _small_compressed_ok(x.indptr, x.indices, x.data, outer, inner):
+            return
         _compressed(x.indptr, x.indices, _values(x.data, what), outer, inner, what,
                     "row" if f == "csr" else "column")
     elif f == "bsr":
