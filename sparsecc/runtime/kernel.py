@@ -426,7 +426,8 @@ class Kernel:
         want = self.options.index_width
         if want is None:
             want = 64 if wide and (wide[0] or wide[1]) else 32
-        f = f.with_widths(want, want)
+        # a width the format fixes is kept; an unset crdWidth follows a set posWidth (docs/formats.md)
+        f = f.with_widths(want, f.pos_width or want)
         nnz = nnz_bound(x)
         if self.options.index_width == 32 and wide and (
                 (f.crd_width == 32 and wide[0]) or (f.pos_width == 32 and wide[1])):
@@ -539,7 +540,8 @@ class Kernel:
             fmts = []
             for n in self.stmt.operands:
                 spec = self.formats.get(n) or "dense"
-                fmts.append(resolve(spec, self._ranks[n], describe(n)).with_widths(32, 32))
+                w = self.options.index_width or 32
+                fmts.append(resolve(spec, self._ranks[n], describe(n)).with_widths(w, w))
             out = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense), ())
             comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
         if stage == "mlir":

@@ -123,8 +123,14 @@ def coalesce(x):
     return out
 
 
+def _is_coo_layout(fmt: Format, rank: int) -> bool:
+    """``fmt`` is sparsecc's COO layout (whatever its index widths)."""
+    c = _coo(rank)
+    return fmt.levels == c.levels and fmt.order == c.order and fmt.block is None
+
+
 def _coo_fast(x, fmt: Format) -> bool:
-    return (sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and fmt == _coo(x.ndim)
+    return (sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and _is_coo_layout(fmt, x.ndim)
             and is_canonical_coo(x))
 
 
@@ -244,7 +250,7 @@ def _storage(x, fmt: Format, what: str) -> Storage:
         return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                   np.ascontiguousarray(x.data).reshape(-1)],
                        [shape[0] // R, shape[1] // C, R, C])
-    if sp.issparse(x) and x.format == "coo" and fmt == _coo(x.ndim) and x.ndim >= 2:
+    if sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and _is_coo_layout(fmt, x.ndim):
         return _storage(coalesce(x), fmt, what)   # canonical now: the zero-copy path above
     coords, vals = _coords(x)
     return _build_levels(fmt, shape, coords, np.ascontiguousarray(vals, dtype=row.numpy), what)
