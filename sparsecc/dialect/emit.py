@@ -547,7 +547,8 @@ def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
 
 def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, str],
                 name: str = "kernel", split: bool = False,
-                out_format: Format | None = None, via: Format | None = None) -> tuple[str, KernelSignature]:
+                out_format: Format | None = None, via: Format | None = None,
+                zeroed_output: bool = False) -> tuple[str, KernelSignature]:
     """MLIR text of the kernel and the signature the runtime calls it with.
 
     ``formats`` holds a resolved Format (index widths set) per operand; ``dtypes`` a numpy
@@ -557,6 +558,10 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     the sparsifier fails on the fused form.  ``via``: build the sparse result in this format
     first, then ``sparse_tensor.convert`` it to ``out_format`` (the retry when no loop order
     can insert into ``out_format`` directly, e.g. a CSC sum of CSR operands).
+    ``zeroed_output``: the caller passes a dense output that is already zero (``np.zeros``:
+    fresh pages the OS zeroes at first touch, inside the possibly parallel loops), so the
+    kernel skips its serial ``linalg.fill`` unless the result starts from another identity.
+    Ahead-of-time kernels keep the fill: C callers pass any buffer.
     """
     node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
     out_row = _row(node_dtypes[stmt.expr])
@@ -631,8 +636,9 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         out_memref = "memref" + out_type[len("tensor"):]
         params.append(f"%out_m: {out_memref}")
         fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
+        skip_fill = zeroed_output and (not red or (red_op in ("sum", "plus") and ident in (None, 0)))
         res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op,
-                         identity=ident)
+                         identity=ident, fill=not skip_fill)
         result = ""
         tail = [f"bufferization.materialize_in_destination {res} in restrict writable %out_m "
                 f": ({out_type}, {out_memref}) -> ()", *fn.deallocs, "return"]

@@ -92,7 +92,8 @@ def _build(stmt, fmts, dts, out_format, options, split, via=None):
     """Emit and compile (or find on disk) one form of a specialization.  Every field of
     ``options`` reaches the compile worker and the cache key (``index_width`` too, which the
     operands' formats already carry in their widths)."""
-    mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
+    # the call path allocates dense results with np.zeros (see Kernel.__call__)
+    mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via, zeroed_output=True)
     key = cache.key_of(mlir, options.key())
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
     if entry is None:
@@ -518,7 +519,8 @@ class Kernel:
         out_fmt = plan.out_fmt
         scalars = [sizes[j] for j in plan.size_slots]
         if out_fmt is None:
-            out = np.empty(out_shape, dtype=plan.out_dtype)
+            # zeroed: JIT kernels skip their own (serial) zero fill, see emit_kernel
+            out = np.zeros(out_shape, dtype=plan.out_dtype)
             _, base = plan.packer.pack(scalars, operands, out)
             comp.entry(base)
             return out[()] if out.ndim == 0 else out
