@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ._machine import cpu_model
+
 SCHEMA = "sparsecc-bench/1"
 VB, IB = 8, 4          # bytes per f64 value, per 32-bit index (sparsecc picks 32-bit when it fits)
 
@@ -777,15 +779,7 @@ def machine_info(threads: int) -> dict:
     import scipy
 
     import sparsecc as sc
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     torch = _torch()
     return {"cpu": cpu, "cores": all_cores(), "threads": threads, "platform": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,

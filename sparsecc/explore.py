@@ -37,6 +37,8 @@ from .expr import accesses, describe, index_sizes
 from .formats import Format, resolve
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
+from .runtime.kernel import bind_named
+from ._machine import cpu_model
 
 #: at most this many candidates unless ``max_candidates`` says otherwise
 MAX_CANDIDATES = 64
@@ -691,20 +693,7 @@ def _bind(expression: str, operands: tuple, named: dict):
     if looks_like_notation(expression):
         stmt = parse_notation(expression)
         names = stmt.operands
-        if len(operands) > len(names):
-            raise OperandError(f"'{expression}' has {len(names)} operand(s) ({', '.join(names)}), "
-                               f"got {len(operands)} positional")
-        values = dict(zip(names, operands))
-        for k, v in named.items():
-            if k not in names:
-                raise OperandError(f"'{expression}' has no operand {k!r}; its operands are {', '.join(names)}")
-            if k in values:
-                raise OperandError(f"operand {k!r} given twice")
-            values[k] = v
-        missing = [o for o in names if o not in values]
-        if missing:
-            raise OperandError(f"'{expression}' needs operand(s) {', '.join(missing)}")
-        return stmt, names, [values[o] for o in names]
+        return stmt, names, bind_named(expression, names, operands, named)
     if named:
         raise OperandError(f"einsum expressions take operands by position, got keyword(s) {', '.join(named)}")
     stmt = parse_einsum(expression, len(operands))
@@ -909,16 +898,7 @@ _memory_lock = threading.Lock()
 
 @lru_cache(maxsize=1)
 def _machine() -> str:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{platform.machine()}|{cpu or platform.processor()}|{os.cpu_count()}"
+    return f"{platform.machine()}|{cpu_model()}|{os.cpu_count()}"
 
 
 def _size_class(n: int) -> int:

@@ -304,6 +304,26 @@ def _orders_of_operands(stmt: Statement, formats: tuple[Format, ...], out: Forma
     return found
 
 
+def bind_named(source: str, names, args, kwargs) -> list:
+    """The operands of index-notation statement ``source`` (operand ``names``), given by
+    position and/or by name, in ``names`` order; clear errors for extra, unknown, repeated
+    or missing operands."""
+    if len(args) > len(names):
+        raise OperandError(f"'{source}' takes {len(names)} operands ({', '.join(names)}), "
+                           f"got {len(args)} positional")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise OperandError(f"'{source}' has no operand {k!r}; its operands are {', '.join(names)}")
+        if k in values:
+            raise OperandError(f"operand {k!r} given twice")
+        values[k] = v
+    missing = [o for o in names if o not in values]
+    if missing:
+        raise OperandError(f"'{source}' needs operand(s) {', '.join(missing)}")
+    return [values[o] for o in names]
+
+
 class Kernel:
     """A compiled-on-demand kernel: ``k(A, x)`` (einsum) or ``k(A=A, x=x)`` (index notation)."""
 
@@ -339,20 +359,7 @@ class Kernel:
         ops = self.stmt.operands
         named = not ops[0].startswith("#") if ops else False
         if named:
-            if len(args) > len(ops):
-                raise OperandError(f"'{self.source}' takes {len(ops)} operands ({', '.join(ops)}), "
-                                   f"got {len(args)} positional")
-            values = dict(zip(ops, args))
-            for k, v in kwargs.items():
-                if k not in ops:
-                    raise OperandError(f"'{self.source}' has no operand {k!r}; its operands are {', '.join(ops)}")
-                if k in values:
-                    raise OperandError(f"operand {k!r} given twice")
-                values[k] = v
-            missing = [o for o in ops if o not in values]
-            if missing:
-                raise OperandError(f"'{self.source}' needs operand(s) {', '.join(missing)}")
-            return [values[o] for o in ops]
+            return bind_named(self.source, ops, args, kwargs)
         if kwargs:
             raise OperandError(f"einsum kernels take operands by position, got keyword(s) {', '.join(kwargs)}")
         if len(args) != len(ops):
