@@ -21,18 +21,27 @@ VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 
            "inline_alloca_scopes 1; thread_count 1")
 
 
+def ops_named(root, name: str) -> list:
+    """Every op called ``name`` below ``root`` (a module or an op), collected before any
+    rewrite touches them."""
+    from mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name == name:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    (root.operation if hasattr(root, "operation") else root).walk(visit)
+    return found
+
+
 def restrict_to_tensor(module) -> int:
     """Mark every ``bufferization.to_tensor`` restrict and writable; returns how many changed."""
     from mlir import ir
 
-    changed = []
-
-    def visit(op):
-        if op.name == "bufferization.to_tensor" and "restrict" not in op.attributes:
-            changed.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    changed = [op for op in ops_named(module, "bufferization.to_tensor") if "restrict" not in op.attributes]
     for op in changed:
         op.attributes["restrict"] = ir.UnitAttr.get()
         op.attributes["writable"] = ir.UnitAttr.get()
@@ -45,14 +54,7 @@ def sort_algorithm(module, algorithm: str) -> int:
     from mlir import ir
 
     attr = ir.Attribute.parse(f"#sparse_tensor<SparseTensorSortAlgorithm {algorithm}>")
-    found = []
-
-    def visit(op):
-        if op.name == "sparse_tensor.sort":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = ops_named(module, "sparse_tensor.sort")
     for op in found:
         op.attributes["algorithm"] = attr
     return len(found)
@@ -74,19 +76,12 @@ def _generics(module) -> list[tuple[list[str], bool]]:
     from mlir import ir
 
     found = []
-
-    def visit(op):
-        if op.name == "linalg.generic":
-            types = [v.type for v in op.operands]
-            enc = [isinstance(t, ir.RankedTensorType) and ir.RankedTensorType(t).encoding is not None
-                   for t in types]
-            if any(enc):
-                iters = ["reduction" if "reduction" in str(a) else "parallel"
-                         for a in op.attributes["iterator_types"]]
-                found.append((iters, not enc[-1]))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    for op in ops_named(module, "linalg.generic"):
+        enc = [isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).encoding is not None
+               for v in op.operands]
+        if any(enc):
+            iters = ["reduction" if "reduction" in str(a) else "parallel" for a in op.attributes["iterator_types"]]
+            found.append((iters, not enc[-1]))
     return found
 
 
@@ -119,16 +114,7 @@ def parallel_strategy(module, requested: str) -> str:
 def count_parallel_loops(module) -> int:
     """How many ``scf.parallel`` the sparsifier made; raises if one carries a reduction
     (``parallel_strategy`` never allows one: it would not be exact)."""
-    from mlir import ir
-
-    loops = []
-
-    def visit(op):
-        if op.name == "scf.parallel":
-            loops.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    loops = ops_named(module, "scf.parallel")
     if any(len(op.results) for op in loops):
         raise RuntimeError("internal error: a parallel loop with a reduction")
     return len(loops)
@@ -139,27 +125,9 @@ def inline_alloca_scopes(module) -> int:
     parallel loop body: ``convert-scf-to-cf`` cannot lower the loops inside one (its region
     holds a single block).  A scope that holds a ``memref.alloca`` stays (inlined, it would
     grow the stack on every iteration); returns how many were inlined."""
-    from mlir import ir
-
-    scopes = []
-
-    def visit(op):
-        if op.name == "memref.alloca_scope":
-            scopes.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = 0
-    for scope in scopes:
-        allocas = []
-
-        def find(op):
-            if op.name == "memref.alloca":
-                allocas.append(op)
-            return ir.WalkResult.ADVANCE
-
-        scope.walk(find)
-        if allocas or len(scope.results):
+    for scope in ops_named(module, "memref.alloca_scope"):
+        if ops_named(scope, "memref.alloca") or len(scope.results):
             continue
         ops = list(scope.regions[0].blocks[0].operations)
         for op in ops[:-1]:                   # all but memref.alloca_scope.return
