@@ -67,7 +67,7 @@ _SAMPLES = (-2.5, -1.0, 0.5, 1.0, 3.0)
 
 
 @lru_cache(maxsize=None)
-def _zero_behaviour(op: str) -> tuple[bool, bool, bool]:
+def zero_behaviour(op: str) -> tuple[bool, bool, bool]:
     """(op(0, 0) != 0, op(0, y) == 0 for every y, op(x, 0) == 0 for every x) for ``op``."""
     fn = BINARY[op]
     with np.errstate(all="ignore"):
@@ -87,7 +87,7 @@ def _generic_binary(e: Binary, a: Pattern, b: Pattern) -> Pattern:
     are unstored stay unstored iff ``op(0, 0) == 0``; a side that annihilates (``op(0, y)
     == 0``) bounds the pattern by its own."""
     fn = BINARY[e.op]
-    nonzero, left_kills, right_kills = _zero_behaviour(e.op)
+    nonzero, left_kills, right_kills = zero_behaviour(e.op)
     why = a.why or b.why
     for side, other, pat, kills, first in ((e.right, e.left, a, left_kills, True),
                                            (e.left, e.right, b, right_kills, False)):

@@ -31,6 +31,7 @@ from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
                     Where, accesses, free_indices, infer_dtypes)
 from ..formats import Format
+from ..patterns import zero_behaviour
 
 
 @dataclass(frozen=True)
@@ -394,8 +395,7 @@ class _Body:
                 a = self._densified(a, lr) if sl else a
                 b = self._densified(b, rr) if sr else b
             else:
-                from ..patterns import _zero_behaviour
-                _, left_kills, right_kills = _zero_behaviour(e.op)
+                _, left_kills, right_kills = zero_behaviour(e.op)
                 if not right_kills:
                     left = self.region([ta], lambda p: self.apply(
                         e.op, p, self.emit(_const_text(0, rr)[0]), in_row, row, rows), out_t)
