@@ -523,6 +523,26 @@ def _nodes(e: Expr):
     return walk(e)
 
 
+def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
+    """``e`` with the accesses in ``swaps`` replaced; every rebuilt node gets its old node's
+    dtype in ``node_dtypes``."""
+    if isinstance(e, Access):
+        return swaps.get(e, e)
+    if isinstance(e, Unary):
+        new = Unary(e.fn, _replace_accesses(e.arg, swaps, node_dtypes))
+    elif isinstance(e, Binary):
+        new = Binary(e.op, _replace_accesses(e.left, swaps, node_dtypes),
+                     _replace_accesses(e.right, swaps, node_dtypes))
+    elif isinstance(e, Where):
+        new = Where(*(_replace_accesses(c, swaps, node_dtypes) for c in (e.cond, e.left, e.right)))
+    elif isinstance(e, Stored):
+        new = Stored(_replace_accesses(e.body, swaps, node_dtypes))
+    else:
+        return e
+    node_dtypes[new] = node_dtypes[e]
+    return new
+
+
 def _fold(e: Expr):
     """The value of a constant-only expression, as NumPy computes it."""
     from ..expr import UNARY
@@ -598,6 +618,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
             fn.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
             fn.ssa[opname], fn.types[opname] = conv, new_type
             fn.formats[opname] = Format(f.levels, None, None, f.pos_width, f.crd_width)
+    fn.split = split
     expr = fn.materialize_inner_reductions(stmt.expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
     red_op = expr.op if isinstance(expr, Reduce) else "sum"
@@ -665,6 +686,7 @@ class _Function:
         self.types = dict(types)
         self.ssa = dict(ssa)
         self.lines: list[str] = []
+        self.split = False                # the split retry (see emit_kernel)
         self.deallocs: list[str] = []     # dense temporaries, freed before returning
         self.n = 0
 
@@ -678,7 +700,7 @@ class _Function:
         A sparse operand read with a repeated index (``A[i,i]``) becomes a dense temporary
         too: its diagonal, selected from the stored entries.
         """
-        def visit(node: Expr, root: bool) -> Expr:
+        def visit(node: Expr, root: bool, stored: bool = False) -> Expr:
             if isinstance(node, Access):
                 if node.tensor in self.encs and len(set(node.indices)) != len(node.indices):
                     return self.diagonal(node)
@@ -686,11 +708,11 @@ class _Function:
             if isinstance(node, (Const, Index)):
                 return node
             if isinstance(node, Unary):
-                new = Unary(node.fn, visit(node.arg, False))
+                new = Unary(node.fn, visit(node.arg, False, stored))
             elif isinstance(node, Binary):
-                new = Binary(node.op, visit(node.left, False), visit(node.right, False))
+                new = Binary(node.op, visit(node.left, False, stored), visit(node.right, False, stored))
             elif isinstance(node, Where):
-                kids = [visit(c, False) for c in (node.cond, node.left, node.right)]
+                kids = [visit(c, False, stored) for c in (node.cond, node.left, node.right)]
                 new = Where(*kids)
                 if (not any(isinstance(k, Const) for k in kids[1:])
                         and any(a.tensor in self.encs for a in accesses(new))):
@@ -704,7 +726,7 @@ class _Function:
                     self._retype(node, r)
                     new = Binary("+", l, r)
             elif isinstance(node, Stored):
-                new = Stored(visit(node.body, root))
+                new = Stored(visit(node.body, root, True))
             elif isinstance(node, Dense):
                 body = visit(node.body, root)
                 self._retype(node, body)
@@ -712,11 +734,14 @@ class _Function:
                     return body
                 return self.temporary(body)
             else:
-                new = Reduce(node.op, node.indices, visit(node.body, False), node.identity)
+                new = Reduce(node.op, node.indices, visit(node.body, False, node.op != "sum"), node.identity)
             self._retype(node, new)
             if isinstance(new, Reduce) and not root:
                 return self.temporary(new)
-            if split and not root and not isinstance(new, Stored) and any(a.tensor in self.encs for a in accesses(new)):
+            # (not under stored semantics: a dense temporary would turn absent entries into
+            # zeros that take part; such a kernel fails to compile rather than give wrong values)
+            if split and not root and not stored and not isinstance(new, Stored) \
+                    and any(a.tensor in self.encs for a in accesses(new)):
                 return self.temporary(new)
             return new
         return visit(e, True)
@@ -793,30 +818,104 @@ class _Function:
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
-    def kept_outer(self, a: Access, out_idx) -> None:
-        """Store sparse operand ``a`` with the kept (output) indices' levels first when its
-        reduced levels lie both outside and inside the output's loops.  MLIR 22 then starts
-        the inner custom reduction (``sparse_tensor.reduce``) from its identity instead of
-        the value the outer loop accumulated, so max over i,k of X[i,j,k] for output j kept
-        only the last i's value.  The operand is converted inside the kernel."""
+    def _level_indices(self, a: Access):
+        """The indices of sparse access ``a`` in storage (loop) order, or None when the
+        access is not a plain permutation (blocks, diagonals)."""
         f = self.formats.get(a.tensor)
         if f is None or f.block is not None or len(set(a.indices)) != len(a.indices):
-            return
-        seq = [a.indices[d] for d in f.order]
-        kept = [k for k, i in enumerate(seq) if i in out_idx]
-        reduced = [k for k, i in enumerate(seq) if i not in out_idx]
-        if not kept or not reduced or not (reduced[0] < kept[-1] and reduced[-1] > kept[0]):
-            return        # reductions all inside or all outside the output's loops: exact
-        order = tuple(d for d in f.order if a.indices[d] in out_idx) + \
-            tuple(d for d in f.order if a.indices[d] not in out_idx)
-        new = Format(f.levels, order, None, f.pos_width, f.crd_width)
+            return None
+        return [a.indices[d] for d in f.order]
+
+    def reductions_inside(self, ins, out_idx, red_idx) -> dict:
+        """Make every reduced loop of a custom reduction run inside the output's loops.
+
+        MLIR 22 starts a custom reduction (``sparse_tensor.reduce``) from its identity at
+        each entry of the loop that encloses it, instead of from what an outer reduced loop
+        accumulated: with reduced loops both outside and inside a kept one (a 3-d COO
+        reduced over axes 0 and 2; ``ij,ik->i`` with the first operand CSC) only the last
+        outer iteration's terms survived.  So when some reduced index is forced outside (it
+        comes before a kept one in a sparse operand's levels) while another may run inside,
+        every operand that forces one is converted, inside the kernel, to an order with its
+        kept levels first (dense operands: read from a transposed dense copy; returned as
+        {access: replacement}).  Reductions that all run outside (``ji,j->i`` over CSR, one
+        Bellman-Ford step) are left as they are."""
+        forcing = []
+        outer = set()
+        for a in ins:
+            # a dense operand's dimensions also order the loops the sparsifier picks
+            seq = self._level_indices(a) if a.tensor in self.encs else list(a.indices)
+            if seq is None or len(set(seq)) != len(seq):
+                continue
+            kept = [k for k, i in enumerate(seq) if i in out_idx]
+            early = {i for k, i in enumerate(seq) if i not in out_idx and kept and k < kept[-1]}
+            if early:
+                forcing.append(a)
+                outer |= early
+        if not outer or not (set(red_idx) - outer):
+            return {}
+        swaps = {}
+        for a in forcing:
+            if a.tensor in self.encs:
+                self.kept_outer(a, out_idx)
+            else:
+                swaps[a] = self.kept_first_copy(a, out_idx)
+        return swaps
+
+    def kept_first_copy(self, a: Access, out_idx) -> Access:
+        """A dense temporary holding dense operand access ``a`` with its kept indices first
+        (a transposing copy), for :meth:`reductions_inside`."""
+        order = tuple(i for i in a.indices if i in out_idx) + tuple(i for i in a.indices if i not in out_idx)
+        row = _row(self.node_dtypes[a])
+        name = self.fresh("kf")
+        ttype = _tensor_type(len(order), row, None)
+        self.alloc(f"{name}_m", f"{name}_e", order, row)
+        res = self.generic(f"{name}_e", ttype, order, (), a, self.node_dtypes[a])
+        acc = Access(name, order)
+        self.ssa[name], self.types[name] = res, ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
+    def no_dense_reduced_levels(self, ins, red_idx) -> None:
+        """A monoid reduction into a sparse result must not loop over a reduced index
+        through a *dense* level of a sparse operand (CSR's rows) unless a compressed level
+        of another operand drives that loop: MLIR 22 counts every iteration of such a loop
+        as a contribution, and the result then stores the identity where nothing was stored
+        (``j,ik->j`` with an empty CSR ``B``: +inf for ``min_plus``).  Such operands are
+        converted inside the kernel to the same layout with compressed levels (CSR -> DCSR)."""
+        driven = set()
+        for a, seq in ((a, self._level_indices(a)) for a in ins if a.tensor in self.encs):
+            f = self.formats.get(a.tensor)
+            if seq is None:
+                continue
+            driven |= {i for l, i in enumerate(seq) if f.level_base(l) != "dense"}
+        for a in ins:
+            seq = self._level_indices(a) if a.tensor in self.encs else None
+            if seq is None:
+                continue
+            f = self.formats[a.tensor]
+            if any(f.level_base(l) == "dense" and i in red_idx and i not in driven for l, i in enumerate(seq)):
+                levels = tuple("compressed" if f.level_base(l) == "dense" else lv for l, lv in enumerate(f.levels))
+                self.convert(a, Format(levels, f.order, None, f.pos_width, f.crd_width))
+
+    def convert(self, a: Access, new: Format) -> None:
+        """Read sparse operand ``a`` as ``new`` from here on (``sparse_tensor.convert``
+        inside the kernel; the copy is freed before returning)."""
         alias = f"#encr{self.n + 1}"
         self.aliases.append(f"{alias} = {new.encoding()}")
         new_type = _tensor_type(len(a.indices), dt.lookup(self.dtypes[a.tensor]), alias)
-        conv = self.fresh("reordered")
+        conv = self.fresh("converted")
         self.lines.append(f"{conv} = sparse_tensor.convert {self.ssa[a.tensor]} : {self.types[a.tensor]} to {new_type}")
         self.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
         self.ssa[a.tensor], self.types[a.tensor], self.formats[a.tensor] = conv, new_type, new
+
+    def kept_outer(self, a: Access, out_idx) -> None:
+        """Convert sparse operand ``a`` (inside the kernel) to a storage order with the
+        output's (kept) indices' levels first, keeping the rest in their order."""
+        f = self.formats[a.tensor]
+        order = tuple(d for d in f.order if a.indices[d] in out_idx) + \
+            tuple(d for d in f.order if a.indices[d] not in out_idx)
+        if order != f.order:
+            self.convert(a, Format(f.levels, order, None, f.pos_width, f.crd_width))
 
     def alloc(self, buf: str, tensor: str | None, idx, row: dt.DType) -> None:
         """A dense temporary: ``memref.alloc`` (freed before returning), and as a tensor."""
@@ -848,10 +947,23 @@ class _Function:
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
-        if red_idx and red_op not in ("sum", "plus"):
+        if self.split and (red_op != "sum" and red_idx or isinstance(body_expr, Stored)):
+            # the retry for stored semantics (which split temporaries would break): read every
+            # sparse operand in the loop order out_idx, red_idx, where no order conflicts
             for a in ins:
-                if a.tensor in self.encs:
-                    self.kept_outer(a, out_idx)
+                seq = self._level_indices(a) if a.tensor in self.encs else None
+                if seq is not None:
+                    f = self.formats[a.tensor]
+                    order = tuple(sorted(f.order, key=lambda dd: dims.index(a.indices[dd])))
+                    if order != f.order:
+                        self.convert(a, Format(f.levels, order, None, f.pos_width, f.crd_width))
+        if red_idx and red_op != "sum":
+            swaps = self.reductions_inside(ins, out_idx, red_idx)
+            if swaps:
+                body_expr = _replace_accesses(body_expr, swaps, self.node_dtypes)
+                ins = list(dict.fromkeys(a for a in accesses(body_expr)))
+            if not fill:                      # a sparse result (it starts empty)
+                self.no_dense_reduced_levels(ins, red_idx)
         invariants = {}
         if sparse_loop:
             # 0-d dense operands are read once, before the loops: the sparsifier treats such
@@ -882,11 +994,13 @@ class _Function:
         bargs.append(f"%acc: {_body_type(row)}")
         v = body.value(body_expr, row)
         bt = _body_type(row)
-        if red_idx and red_op in ("sum", "plus"):
+        if red_idx and (red_op == "sum" or (red_op == "plus" and not sparse_loop)):
             op = _ARITH["+"][row.kind]
             v = body.emit(f"{op} %acc, {v} : {bt}")
         elif red_idx:
-            combine = _MONOID_OP[red_op]
+            # a monoid over stored entries, "plus" included: with a plain add the sparsifier
+            # inserts into a sparse result after every reduction loop, reached or not
+            combine = _MONOID_OP.get(red_op, "+")
             if sparse_loop:
                 ident = body.hoist_constant(identity_of(red_op, row, identity), row)
                 region = body.region([bt, bt], lambda p, q: body.apply(combine, p, q, row, row), bt)
