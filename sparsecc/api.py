@@ -35,8 +35,8 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
         semiring = lookup_semiring(semiring)
     if looks_like_notation(expr):
         if semiring is not None:
-            raise SparseccError(f"semiring= is for einsum subscripts; in index notation write the monoid "
-                                f"and the multiply in the statement, e.g. 'y[i] = min[j](W[j,i] + d[j])'")
+            raise SparseccError("semiring= is for einsum subscripts; in index notation write the monoid "
+                                "and the multiply in the statement, e.g. 'y[i] = min[j](W[j,i] + d[j])'")
         stmt = parse_notation(expr)
         if len(positional) > len(stmt.operands):
             raise OperandError(f"'{expr}' has {len(stmt.operands)} operand(s) but {len(positional)} formats were given")

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from .errors import OperandError, ParseError
 from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce,
-                   Statement, Stored, Unary, Where, accesses, children, free_indices, used_indices)
+                   Statement, Stored, Unary, Where, accesses, free_indices, used_indices, walk)
 
 #: functions of two arguments in index notation, and the IR op each is
 _FUNCTIONS2 = {"min": "min", "max": "max", "pow": "pow", "pair": "pair", "first": "first",
@@ -269,7 +269,7 @@ def parse_notation(text: str) -> Statement:
         if ranks.setdefault(a.tensor, len(a.indices)) != len(a.indices):
             raise ParseError(f"{text!r}: operand '{a.tensor}' is used with "
                              f"{ranks[a.tensor]} and with {len(a.indices)} indices")
-    for e in _walk(expr):
+    for e in walk(expr):
         if isinstance(e, Reduce):
             for i in e.indices:
                 if i in idx:
@@ -286,10 +286,6 @@ def parse_notation(text: str) -> Statement:
     return Statement(out, idx, expr, names)
 
 
-def _walk(e: Expr):
-    yield e
-    for c in children(e):
-        yield from _walk(c)
 
 
 def looks_like_notation(text: str) -> bool:

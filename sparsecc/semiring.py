@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Union
 
 from .errors import ParseError, SparseccError
-from .expr import REDUCTIONS, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary, Where
+from .expr import REDUCTIONS, Access, Binary, Const, Expr, Index, Reduce, Statement, Stored, Unary, Where, walk
 
 #: the multiply operators a semiring may name, and the IR op each is
 MULTIPLIES = {
@@ -107,15 +107,10 @@ def _multiply(mul: str):
     bad = [n for n in stmt.operands if n not in ("a", "b")]
     if bad:
         raise SparseccError(f"semiring multiply {mul!r} may only use a and b, not {', '.join(bad)}")
-    if any(isinstance(n, (Reduce, Index)) for n in _walk(stmt.expr)):
+    if any(isinstance(n, (Reduce, Index)) for n in walk(stmt.expr)):
         raise SparseccError(f"semiring multiply {mul!r} must be a scalar expression of a and b")
     template = stmt.expr
     return lambda a, b: _substitute(template, {"a": a, "b": b})
-
-
-def _walk(e):
-    from .expr import walk
-    return walk(e)
 
 
 def _substitute(e: Expr, env: dict) -> Expr:

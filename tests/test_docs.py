@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -29,7 +29,7 @@ from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
-                    Where, accesses, free_indices, infer_dtypes)
+                    Where, accesses, free_indices, infer_dtypes, walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 
@@ -349,7 +349,7 @@ class _Body:
         # In a loop over a sparse operand: the op in the regions of sparse_tensor.binary/unary,
         # which say what happens where a side stores nothing.
         out_t = _body_type(row)
-        consts = [all(a in self.invariants for a in accesses(c)) and not any(isinstance(n, Index) for n in _nodes(c))
+        consts = [all(a in self.invariants for a in accesses(c)) and not any(isinstance(n, Index) for n in walk(c))
                   for c in (e.left, e.right)]
         if any(consts) and not all(consts):
             k = 0 if consts[1] else 1                      # the side with tensors
@@ -518,11 +518,6 @@ class _Body:
 _hoist_ids = itertools.count()
 
 
-def _nodes(e: Expr):
-    from ..expr import walk
-    return walk(e)
-
-
 def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
     """``e`` with the accesses in ``swaps`` replaced; every rebuilt node gets its old node's
     dtype in ``node_dtypes``."""
@@ -602,7 +597,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     params = [f"%size_{i}: index" for i in index_order]
     params += [f"{ssa[o]}: {types[o]}" for o in stmt.operands]
     fn = _Function(node_dtypes, encs, types, ssa, formats, aliases, dtypes)
-    if any(isinstance(n, Index) for n in _nodes(stmt.expr)):
+    if any(isinstance(n, Index) for n in walk(stmt.expr)):
         # MLIR 22 does not renumber linalg.index when it demaps a permuted operand (CSC):
         # index(j) then reads another loop's index.  Read such operands in dimension order
         # (converted inside the kernel, freed before returning).

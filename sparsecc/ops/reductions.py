@@ -29,9 +29,6 @@ from ..runtime.operands import as_operand
 __all__ = ["sum", "prod", "amax", "amin", "mean", "argmax", "argmin", "softmax", "log_softmax",
            "scatter_reduce", "coalesce", "pow", "where"]
 
-_builtin_sum = sum
-
-
 # ----------------------------------------------------------------------------- helpers
 
 def _names(rank: int, stem: str = "i") -> list[str]:
@@ -86,10 +83,6 @@ class _Plan:
 
     def out(self) -> str:
         return _acc("O", self.kept)
-
-
-def _result_format(x, plan: _Plan, out_format):
-    return out_format
 
 
 def _run(text: str, out_format, **operands):
@@ -253,7 +246,7 @@ def log_softmax(input, dim: int, *, out_format=None):
 def _softmax(input, dim, out_format, log: bool):
     x = _operand(input)
     if x.dtype.kind not in "fc":
-        x = x.astype(np.float64) if not _is_sparse(x) else x.astype(np.float64)
+        x = x.astype(np.float64)          # softmax of integers or bools: in floats, like torch
     (axis,) = _axes(dim, x.ndim, "dim")
     plan = _Plan(x.ndim, (axis,), x.shape)
     r = plan.red[0]
