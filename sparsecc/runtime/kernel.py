@@ -538,6 +538,14 @@ class Kernel:
                     result_view(out_fmt, block, plan.packer.result_at), self.prune)
 
     # -------------------------------------------------------------- inspection
+    def last_formats(self) -> tuple[Format, ...] | None:
+        """The formats the last call's specialization stored its operands in, in operand
+        order, index widths resolved (``None`` before the first call).  They can differ from
+        the kernel's own: BSR co-iterated with another sparse operand runs as CSR, and a
+        sparse result reads contraction operands row-wise (sc.explore's ``ran as``)."""
+        comp = self._last
+        return None if comp is None else comp.formats
+
     def ir(self, stage: str = "mlir") -> str:
         """The kernel's IR at ``stage``: ``mlir`` (as emitted), ``sparsified``, ``llvm-dialect``
         or ``llvm``.  Of the last call's specialization, or float64 operands if never called."""
