@@ -20,6 +20,10 @@ from sparsecc import _progress
 from sparsecc.explore import (AutotunedKernel, ExploreReport, Row, _block_candidates, _default_candidates,
                               compare, decode_format, encode_format, load_choice, store_choice)
 
+from sparsecc.explore.reference import Majority, sampled_reference
+from sparsecc.explore.runner import _bind as runner_bind
+from sparsecc.expr import index_sizes
+
 from conftest import assert_matches, dense_of, random_dense, random_sparse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -228,6 +232,127 @@ def test_wrong_result_detected(rng, monkeypatch):
     row = next(r for r in rep.rows if r.formats[0] == "coo")
     assert not row.ok and row.error.startswith("wrong result") and row.median_s is None
     assert rep.best_formats[0] == "csr"
+
+
+class Wrong:
+    """A kernel whose results are off: dense ones by one, sparse ones doubled."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, *args, **kwargs):
+        got = self.k(*args, **kwargs)
+        return 2 * got if sp.issparse(got) else got + 1.0
+
+
+def first_candidate_wrong(monkeypatch, first):
+    """Candidates compile as usual, except format ``first`` of operand 0 (the first candidate)."""
+    real = mod._compile
+
+    def compile_(expression, formats, options, out_format, *a):
+        k = real(expression, formats, options, out_format, *a)
+        return Wrong(k) if formats[0] == first else k
+    monkeypatch.setattr(mod, "_compile", compile_)
+
+
+def test_wrong_first_candidate_against_sampled_reference(rng, monkeypatch):
+    # the first candidate is not the reference: a wrong first kernel is marked wrong, the
+    # others right (an independent reference: the statement evaluated at sampled entries)
+    A, x = spmv_operands(rng, shape=(30, 20))
+    first_candidate_wrong(monkeypatch, "csr")
+    rep = sc.explore("ij,j->i", A, x, formats=[["csr", "csc", "coo"], None], repeat=1, progress=False)
+    by = {r.formats[0]: r for r in rep.rows}
+    assert not by["csr"].ok and by["csr"].error.startswith("wrong result"), str(rep)
+    assert by["csc"].ok and by["coo"].ok, str(rep)
+    assert rep.best_formats[0] in ("csc", "coo")
+    assert_matches(rep.best(A, x), A.toarray() @ x)
+
+
+def test_wrong_first_candidate_sparse_result(rng, monkeypatch):
+    A = random_sparse((9, 8), 0.3, "float64", rng, fmt="csr")
+    B = random_sparse((8, 7), 0.3, "float64", rng, fmt="csr")
+    first_candidate_wrong(monkeypatch, "csr")
+    rep = sc.explore("ik,kj->ij", A, B, formats=[["csr", "dcsr"], ["csr"]], repeat=1, progress=False)
+    by = {r.formats[0]: r for r in rep.rows}
+    assert not by["csr"].ok and by["csr"].error.startswith("wrong result"), str(rep)
+    assert by["dcsr"].ok, str(rep)
+
+
+def test_wrong_first_candidate_against_majority(rng, monkeypatch):
+    # a monoid reduction is beyond the sampler: the candidates that agree form the reference
+    A, x = spmv_operands(rng, shape=(30, 20))
+    first_candidate_wrong(monkeypatch, "csr")
+    rep = sc.explore("y[i] = max[j](A[i,j] * x[j])", A=A, x=x, formats={"A": ["csr", "csc", "coo"]},
+                     repeat=1, progress=False)
+    by = {r.formats[0]: r for r in rep.rows}
+    assert not by["csr"].ok and "majority" in by["csr"].error, str(rep)
+    assert by["csc"].ok and by["coo"].ok, str(rep)
+
+
+def test_autotune_never_stores_a_wrong_choice(rng, monkeypatch, tmp_path):
+    storage = sys.modules["sparsecc.explore.storage"]
+    monkeypatch.setattr(storage, "_tuning_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(storage, "_memory", {})
+    A, x = spmv_operands(rng, shape=(33, 21))
+    first_candidate_wrong(monkeypatch, "csr")
+    k = sc.compile("ij,j->i", ["csr", "csc"], None, autotune=True)
+    assert_matches(k(A, x), A.toarray() @ x)
+    assert k.tuned_from == "explored" and k.choice[0][0] == "csc", str(k.report)
+    stored = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert [d["formats"][0] for d in stored] == ["csc"]
+
+
+def _sampled(expression, *operands):
+    stmt, names, values = runner_bind(expression, operands, {})
+    sizes = index_sizes(stmt, {n: tuple(v.shape) for n, v in zip(names, values)})
+    return sampled_reference(stmt, names, values, sizes)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "complex128"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("case", ["random", "empty", "single"])
+def test_sampled_reference_against_numpy(rng, dtype, fmt, case):
+    # the checker itself, against numpy.einsum on dense copies (no kernel compiled)
+    A = random_sparse((23, 17), {"random": 0.3, "empty": 0.0, "single": 0.0}[case], dtype, rng, fmt=fmt)
+    if case == "single":
+        A = sp.coo_array(([np.ones(1, dtype)[0] * 3], ([4], [5])), shape=(23, 17)).asformat(fmt)
+    x = random_dense((17,), dtype, rng)
+    B = random_sparse((17, 11), 0.3, dtype, rng, fmt=fmt)
+    T = random_sparse((5, 6, 7), 0.2, dtype, rng, fmt="coo")
+    C, D = random_dense((6, 3), dtype, rng), random_dense((7, 3), dtype, rng)
+    for expr, ops in [("ij,j->i", (A, x)), ("ik,kj->ij", (A, B)), ("ij->", (A,)), ("ij->ji", (A,)),
+                      ("ijk,jr,kr->ir", (T, C, D))]:
+        dense = [o.toarray() if sp.issparse(o) else o for o in ops]
+        want = np.einsum(expr, *dense)
+        ref = _sampled(expr, *ops)
+        assert ref is not None, expr
+        assert ref.check(want) is None, expr
+        assert ref.check(sp.coo_array(want)) is None if want.ndim == 2 else True
+        if np.any(want != 0):
+            assert ref.check(want * 2) is not None, expr                 # a wrong result is caught
+        assert ref.check(want + 1) is not None or want.size == 0, expr
+
+
+def test_sampled_reference_limits(rng):
+    A, x = spmv_operands(rng)
+    assert _sampled("y[i] = max[j](A[i,j] * x[j])", A, x) is None      # a monoid: majority instead
+    assert _sampled("ii->i", sp.csr_array(np.eye(4))) is None             # a diagonal
+    ref = _sampled("ij,j->i", A, x)
+    assert "dtype" in ref.check((A.toarray() @ x).astype(np.float32))
+    assert "shape" in ref.check(np.zeros(3))
+
+
+def test_majority_without_a_winner_verifies_nothing():
+    m = Majority()
+    rows = [Row(("csr",), sc.Options()), Row(("csc",), sc.Options())]
+    m.add(rows[0], np.ones(3))
+    m.add(rows[1], np.zeros(3))
+    v = m.verdicts()
+    assert all(v[id(r)].startswith("unverified") for r in rows)
+    third = Row(("coo",), sc.Options())
+    m.add(third, np.zeros(3))
+    v = m.verdicts()
+    assert v[id(rows[1])] is None and v[id(third)] is None and "majority" in v[id(rows[0])]
 
 
 def test_compare():

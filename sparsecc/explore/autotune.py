@@ -12,7 +12,7 @@ from ..options import DEFAULT, Options
 from . import runner
 from .candidates import _check_spec, _is_block
 from .report import ExploreReport, _spec_name
-from .storage import _memory, _memory_lock, load_choice, store_choice, tuning_key
+from . import storage
 
 #: an autotuned kernel's exploration stops starting new candidates after this many seconds
 AUTOTUNE_BUDGET_S = 60.0
@@ -72,13 +72,13 @@ class AutotunedKernel:
             stmt_values, _ = runner._validated(self.stmt, names, values)
             fixed = {k: v for k, v in self._given.items() if not isinstance(v, (list, tuple))}
             cands = {k: list(v) for k, v in self._given.items() if isinstance(v, (list, tuple))}
-            key = tuning_key(self.source, stmt_values, {**fixed, **{k: tuple(v) for k, v in cands.items()}},
+            key = storage.tuning_key(self.source, stmt_values, {**fixed, **{k: tuple(v) for k, v in cands.items()}},
                              self.options, self.out_format)
-            with _memory_lock:
-                got = _memory.get(key)
+            with storage._memory_lock:
+                got = storage._memory.get(key)
             source = "memory"
             if got is None:
-                got, source = load_choice(key), "disk"
+                got, source = storage.load_choice(key), "disk"
             if got is None or len(got[0]) != len(names):
                 restrict = {k: [v] for k, v in fixed.items()}
                 restrict.update(cands)
@@ -96,12 +96,12 @@ class AutotunedKernel:
                     self.tuned_from = "explored"
                     return self._chosen
                 got = (report.best_formats, report.best_options)
-                store_choice(key, got[0], got[1], {"expression": self.source,
+                storage.store_choice(key, got[0], got[1], {"expression": self.source,
                                                    "formats": [_spec_name(s) for s in got[0]],
                                                    "median_s": report.best_row.median_s})
                 source = "explored"
-            with _memory_lock:
-                _memory[key] = got
+            with storage._memory_lock:
+                storage._memory[key] = got
             self.choice, self.tuned_from = got, source
             self._chosen = runner._compile(self.source, got[0], got[1], self.out_format, self.prune, self.check)
             return self._chosen

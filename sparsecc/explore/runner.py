@@ -24,7 +24,7 @@ from ..runtime.kernel import bind_named
 from ..runtime.threads import get_num_threads, set_num_threads
 from .candidates import (MAX_CANDIDATES, _format_candidates, _option_candidates, _own_name,
                          _thread_candidates)
-from .compare import compare
+from .reference import Majority, sampled_reference
 from .report import ExploreReport, Row, _spec_name
 
 #: each timing sample loops the kernel for at least this long (tiny kernels: clock resolution)
@@ -256,12 +256,18 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
     prepared: dict = {}
     rows: list[Row] = []
     timed: list[tuple[Row, object, list, int, list]] = []   # (row, kernel, args, inner loops, samples)
-    reference = None
+    # the independent reference: the statement at sampled entries, else a majority vote
+    sizes = index_sizes(stmt, {n: tuple(v.shape) for n, v in zip(names, values)})
+    reference = sampled_reference(stmt, names, values, sizes)
+    majority = Majority() if reference is None else None
+    notes.append(f"results checked against {reference.describe()}" if reference is not None else
+                 "results checked against the majority of the candidates (the statement is beyond the "
+                 "entry sampler)")
     before = get_num_threads()
     skipped = 0
     bar = _progress.Progress(len(cands) + repeat, _progress.wanted(progress))
     try:
-        # phase 1: compile, run once, check against the first result, calibrate
+        # phase 1: compile, run once, check against the reference, calibrate
         for idx, (fmts, opts, nthr) in enumerate(cands):
             label = ", ".join(_spec_name(s) for s in fmts)
             row = Row(fmts, opts, nthr, index=idx)
@@ -290,12 +296,12 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
                 result = kern(*args)
                 first = time.perf_counter() - t
                 row.cached = STATS.misses == misses
-                if reference is None:
-                    reference = result
+                if majority is not None:
+                    majority.add(row, result)
                 else:
-                    why = compare(result, reference)
+                    why = reference.check(result)
                     if why is not None:
-                        row.error = f"wrong result (against the first candidate that ran): {why}"
+                        row.error = f"wrong result: {why}"
                         bar.step(label)
                         continue
                 del result
@@ -314,6 +320,12 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
             inner = max(1, min(100_000, math.ceil(MIN_SAMPLE_S / max(one, 1e-8))))
             timed.append((row, kern, args, inner, []))
             bar.step(label)
+        if majority is not None:
+            verdicts = majority.verdicts()
+            majority = None                                       # the kept results
+            for row, *_ in timed:
+                row.error = verdicts.get(id(row))
+            timed = [t for t in timed if t[0].error is None]
         # phase 2: timing rounds, every candidate once per round (load that drifts while
         # exploring - other processes, frequency changes - hits every candidate alike)
         rounds = 0
