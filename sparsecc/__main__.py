@@ -20,11 +20,11 @@ def main(argv=None) -> int:
     a.add_argument("--dtype", default="float64", help="dtype of every operand (default float64)")
     a.add_argument("--index-width", type=int, default=32, choices=(32, 64))
     b = sub.add_parser("bench", help="the benchmark suite: sparsecc against SciPy/NumPy/torch, JSON + PNG report")
-    from .bench import add_arguments as bench_arguments
+    from .bench.cli import add_arguments as bench_arguments
     bench_arguments(b)
     args = p.parse_args(argv)
     if args.cmd == "bench":
-        from .bench import run as bench
+        from .bench.cli import run as bench
         return bench(args)
     if args.cmd == "demo":
         from .demo import main as demo

@@ -9,6 +9,9 @@ import pytest
 import scipy.sparse as sp
 
 from sparsecc import bench
+from sparsecc.bench.baselines import _torch_csr
+from sparsecc.bench.cases import _products
+from sparsecc.bench.generators import _int32
 from sparsecc.__main__ import main as cli
 
 
@@ -65,7 +68,7 @@ def test_check_result_torch():
     A = sp.random_array((10, 8), density=0.3, format="csr", random_state=rng)
     x = rng.random(8)
     assert bench.check_result(torch.from_numpy(A @ x), A @ x)[0]
-    tA = bench._torch_csr(bench._int32(A))
+    tA = _torch_csr(_int32(A))
     assert bench.check_result(tA, A)[0]
     assert not bench.check_result(tA, 2 * A)[0]
 
@@ -114,7 +117,7 @@ def test_table_has_the_issue_targets():
     x = np.ones(100)
     assert c.bytes((A, x), None) == A.nnz * 12 + 101 * 4 + 100 * 16
     assert c.flops((A, x), None) == 2 * A.nnz
-    assert bench._products(A, A) == int(np.diff(A.indptr)[A.indices].sum())     # Gustavson's multiplies
+    assert _products(A, A) == int(np.diff(A.indptr)[A.indices].sum())     # Gustavson's multiplies
 
 
 def test_select():

@@ -1,0 +1,7 @@
+"""``python -m sparsecc.bench``: the same as ``python -m sparsecc bench``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

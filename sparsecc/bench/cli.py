@@ -1,0 +1,162 @@
+"""The command: ``python -m sparsecc bench`` flags, the suite run (bandwidth probe, every
+case, the summary) and the JSON, PNG and Markdown files."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .._machine import cpu_model
+from .bandwidth import stream_probe
+from .baselines import _torch
+from .cases import IB, VB, Case, cases, select
+from .real import real_matrices
+from .report import chart, markdown, table
+from .runner import _torch_threads, all_cores, run_case
+
+SCHEMA = "sparsecc-bench/1"
+
+
+def machine_info(threads: int) -> dict:
+    import scipy
+
+    import sparsecc as sc
+    cpu = cpu_model()
+    torch = _torch()
+    return {"cpu": cpu, "cores": all_cores(), "threads": threads, "platform": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+            "torch": getattr(torch, "__version__", None), "sparsecc": sc.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "loadavg": list(os.getloadavg())}
+
+
+# --------------------------------------------------------------------------- the command
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--small", action="store_true", help="small inputs, short timings (seconds; for CI)")
+    p.add_argument("--kernels", default=None,
+                   help="comma-separated kernel names (spmv, spmm32, spgemm, ...) or ids (spmv:rmat); default all")
+    p.add_argument("--threads", type=int, default=None, help="thread count for 'all cores' (default: all cores)")
+    p.add_argument("--repeat", type=int, default=None, help="timing samples per measurement (default: adaptive)")
+    p.add_argument("--json", default="bench-results.json", help="write all figures here (default bench-results.json)")
+    p.add_argument("--png", default="bench-results.png", help="write the chart here (default bench-results.png; '' for none)")
+    p.add_argument("--markdown", default=None, metavar="PATH", help="also write the table as Markdown")
+    p.add_argument("--no-real", action="store_true", help="skip the real matrices from installed packages")
+    p.add_argument("--cache-dir", default=None,
+                   help="kernel cache folder (default: a fresh temporary one, so compile times are cold)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--list", action="store_true", help="list the kernels and inputs, run nothing")
+
+
+def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
+    """Run the suite for parsed ``args``; returns the exit status (1 when a check FAILED)."""
+    out = out or sys.stdout
+    threads = args.threads or all_cores()
+    real = {} if args.no_real else real_matrices()
+    suite = select(cases(args.small, real), args.kernels) + list(extra_cases or [])
+    if args.list:
+        for c in suite:
+            print(f"{c.id:22} {c.expr:28} formats={','.join(c.formats)}"
+                  f"{'  target <= ' + format(c.target, 'g') if c.target else ''}", file=out)
+        return 0
+
+    saved = os.environ.get("SPARSECC_CACHE_DIR")
+    tmp = None
+    if args.cache_dir:
+        os.environ["SPARSECC_CACHE_DIR"] = args.cache_dir
+    else:
+        tmp = tempfile.mkdtemp(prefix="sparsecc-bench-cache-")
+        os.environ["SPARSECC_CACHE_DIR"] = tmp
+    try:
+        import sparsecc as sc
+        mb = 64 if args.small else 512
+        stream = {}
+        one = stream_probe(mb, 3 if args.small else 5, 1)
+        stream["read_1t_gbs"], stream["copy_1t_gbs"] = one["read_gbs"], one["copy_gbs"]
+        # all cores read at least as fast as one (a lower figure is another process's load)
+        stream["read_all_gbs"] = max(stream_probe(mb, 3 if args.small else 5, threads)["read_gbs"],
+                                     one["read_gbs"]) if threads > 1 else one["read_gbs"]
+        stream["mbytes"], stream["threads"] = mb, threads
+        print(f"sparsecc {sc.__version__} bench: {machine_info(threads)['cpu']}, {threads} thread(s)", file=out)
+        print(f"bandwidth (NumPy, best of several): read {stream['read_1t_gbs']:.1f} GB/s on 1 thread, "
+              f"{stream['read_all_gbs']:.1f} GB/s on {threads}; copy {stream['copy_1t_gbs']:.1f} GB/s", file=out)
+        if real:
+            print("real matrices: " + ", ".join(f"{n} {A.shape[0]}x{A.shape[1]}/{A.nnz}"
+                                                for n, (_, A) in real.items()), file=out)
+        t = time.perf_counter()                       # start the compile worker before timing compiles
+        sc.compile("i,i->")(np.ones(2), np.ones(2))
+        worker_s = time.perf_counter() - t
+        print(f"compile worker start + first tiny compile: {worker_s:.2f} s\n", file=out)
+
+        budget = 0.1 if args.small else 0.6
+        rows = []
+        for c in suite:
+            r = run_case(c, threads=threads, repeat=args.repeat, budget=budget, stream=stream, seed=args.seed)
+            rows.append(r)
+            print(table([r]).splitlines()[-1] if rows[1:] else table([r]), file=out, flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("SPARSECC_CACHE_DIR", None)
+        else:
+            os.environ["SPARSECC_CACHE_DIR"] = saved
+        if tmp:
+            # kernels loaded from it stay in this process's memory cache (k.ir() reads their
+            # stages from the folder): remove it when the process ends, not now
+            atexit.register(shutil.rmtree, tmp, True)
+        _torch_threads(all_cores())
+
+    failed = [r["id"] for r in rows if not r["ok"]]
+    missed = [r["id"] for r in rows if r.get("target") and not r["target"]["met"]]
+    thr_missed = [r["id"] for r in rows if r.get("thread_target") and r["thread_target"]["met"] is False]
+    report = {
+        "schema": SCHEMA,
+        "machine": machine_info(threads),
+        "config": {"small": bool(args.small), "threads": threads, "repeat": args.repeat,
+                   "kernels": args.kernels, "seed": args.seed, "timing_budget_s": budget,
+                   "bytes_per_value": VB, "bytes_per_index": IB},
+        "bandwidth": stream,
+        "worker_start_s": worker_s,
+        "real_matrices": [{"name": n, "source": src, "shape": list(A.shape), "nnz": int(A.nnz)}
+                          for n, (src, A) in real.items()],
+        "results": rows,
+        "summary": {"failed": failed, "targets_missed": missed, "thread_targets_missed": thr_missed,
+                    "targets_met": [r["id"] for r in rows if r.get("target") and r["target"]["met"]]},
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=float)
+    if args.png:
+        chart(rows, args.png, f"sparsecc {report['machine']['sparsecc']} on {report['machine']['cpu']}, "
+                              f"{threads} thread(s){' (small)' if args.small else ''}")
+    print(file=out)
+    for r in rows:
+        for name, chk in r.get("baseline_checks", {}).items():
+            if not chk["ok"]:
+                print(f"note: baseline {name} disagrees on {r['id']}: {chk['detail']}", file=out)
+    print(f"targets met: {len(report['summary']['targets_met'])} of "
+          f"{sum(1 for r in rows if r.get('target'))}"
+          f"{'; missed: ' + ', '.join(missed) if missed else ''}"
+          f"{'; thread targets missed: ' + ', '.join(thr_missed) if thr_missed else ''}", file=out)
+    if failed:
+        print(f"FAILED (wrong result or error): {', '.join(failed)}", file=out)
+    if getattr(args, "markdown", None):
+        with open(args.markdown, "w") as f:
+            f.write(markdown(rows) + "\n")
+    written = [p for p in (args.json, args.png, getattr(args, "markdown", None)) if p]
+    if written:
+        print(f"wrote {', '.join(written)}", file=out)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sparsecc bench", description="the benchmark suite: sparsecc against SciPy/NumPy/torch")
+    add_arguments(p)
+    return run(p.parse_args(argv))

@@ -1,0 +1,111 @@
+"""The report: the text table, Markdown and the chart."""
+
+from __future__ import annotations
+
+
+def _fmt(v, spec=".2f", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def _ms(v):
+    if v is None:
+        return "-"
+    return f"{v * 1e3:.1f}us" if v < 1 else f"{v:.2f}"
+
+
+def _why(r: dict, width: int = 150) -> str:
+    """A failed row's reason on one line (the JSON keeps the whole message)."""
+    text = " ".join((r["error"] or r.get("check") or "").split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def table(rows: list[dict]) -> str:
+    hdr = (f"{'kernel':10}{'input':11}{'sparsecc':>10}{'1 thr':>10}{'spdup':>6}{'baseline':>17}{'ratio':>7}"
+           f"{'target':>8}{'met':>11}{'torch':>10}{'r.torch':>8}{'GFLOP/s':>8}{'GB/s':>7}{'%BW':>5}{'comp s':>7}")
+    lines = [hdr, "-" * len(hdr)]
+    for r in rows:
+        if not r["ok"]:
+            lines.append(f"{r['kernel']:10}{r['input']:11}  FAILED  {_why(r)}")
+            continue
+        bases = r["baselines"]
+        ref = next(iter(bases))
+        tgt = r.get("target")
+        met = "-" if tgt is None else ("yes" if tgt["met"] else "NO")
+        tt = r.get("thread_target")
+        if tt is not None and tt["met"] is False:
+            met += " / thr NO" if tgt else "thr NO"
+        torch = bases.get("torch")
+        lines.append(
+            f"{r['kernel']:10}{r['input'][:10]:11}{_ms(r['sparsecc_ms']):>10}{_ms(r['sparsecc_1t_ms']):>10}"
+            f"{_fmt(r['thread_speedup']):>6}{ref:>7}{_ms(bases[ref]['ms']):>10}{_fmt(bases[ref]['ratio']):>7}"
+            f"{'<=' + _fmt(tgt['ratio'], 'g') if tgt else '-':>8}{met:>11}"
+            f"{_ms(torch['ms']) if torch else '-':>10}{_fmt(torch['ratio']) if torch else '-':>8}"
+            f"{_fmt(r['gflops']):>8}{_fmt(r['gbs'], '.1f'):>7}"
+            f"{_fmt(None if r['bw_fraction'] is None else 100 * r['bw_fraction'], '.0f'):>5}"
+            f"{_fmt(r['compile_s']):>7}")
+    return "\n".join(lines)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The report as a Markdown table (docs/performance.md carries one from a full run)."""
+    out = [("| kernel | input | shape / nnz | sparsecc ms | 1 thread ms | speedup | baseline ms | ratio | target "
+            "| torch ms | ratio torch | GFLOP/s | GB/s | % BW | compile s |"),
+           "|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        shape = "x".join(map(str, r.get("shape", []))) + f" / {r.get('nnz', '-')}"
+        if not r["ok"]:
+            why = _why(r, 300).replace("|", "\\|")
+            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * 11}|")
+            continue
+        bases = r["baselines"]
+        ref = next(iter(bases))
+        tgt = r.get("target")
+        tt = r.get("thread_target")
+        target = "-" if tgt is None else f"<= {tgt['ratio']:g}{' (1 thread)' if tgt['threads'] == '1' else ''}: " \
+                                          f"{'met' if tgt['met'] else '**missed**'} ({tgt['measured']:.2f})"
+        if tt is not None:
+            target += f"; speedup >= {tt['speedup']:g}: " + {True: "met", False: "**missed**", None: "n/a"}[tt["met"]]
+        torch = bases.get("torch")
+        bw = r["bw_fraction"]
+        out.append(
+            f"| {r['kernel']} | {r['input']} | {shape} | {r['sparsecc_ms']:.3g} | {_fmt(r['sparsecc_1t_ms'], '.3g')} "
+            f"| {_fmt(r['thread_speedup'])} | {ref} {bases[ref]['ms']:.3g} | {bases[ref]['ratio']:.2f} | {target} "
+            f"| {_fmt(torch and torch['ms'], '.3g')} | {_fmt(torch and torch['ratio'])} | {r['gflops']:.2f} "
+            f"| {r['gbs']:.1f} | {_fmt(None if bw is None else 100 * bw, '.0f')} | {_fmt(r['compile_s'])} |")
+    return "\n".join(out)
+
+
+def chart(rows: list[dict], path: str, title: str = "") -> None:
+    """Horizontal bars: sparsecc time / baseline time per kernel and input (log scale), one
+    bar per baseline, the target of each row as a red tick, 1.0 as a dashed line."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r["ok"] and r.get("baselines")]
+    names = sorted({b for r in done for b in r["baselines"]}, key=lambda b: (b == "torch", b))
+    fig, ax = plt.subplots(figsize=(9, 0.32 * max(len(done), 4) + 1.4))
+    h = 0.8 / max(len(names), 1)
+    colors = {"scipy": "#1f77b4", "numpy": "#2ca02c", "torch": "#ff7f0e"}
+    for j, b in enumerate(names):
+        ys = [i + (j - (len(names) - 1) / 2) * h for i, r in enumerate(done) if b in r["baselines"]]
+        xs = [r["baselines"][b]["ratio"] for r in done if b in r["baselines"]]
+        ax.barh(ys, xs, height=h, color=colors.get(b), label=f"vs {b}")
+    for i, r in enumerate(done):
+        if r.get("target"):
+            ax.plot([r["target"]["ratio"]] * 2, [i - 0.45, i + 0.45], color="red", lw=2,
+                    label="target" if i == 0 else None)
+    ax.axvline(1.0, color="black", ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(done)))
+    ax.set_yticklabels([r["id"] for r in done], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("sparsecc time / baseline time (lower is better; < 1: sparsecc faster)")
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    ax.legend(seen.values(), seen.keys(), fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0),
+              ncol=len(seen), frameon=False)
+    ax.set_title(title or "sparsecc vs baselines", fontsize=10, pad=22)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,138 @@
+"""Running one case: build the inputs, compile, check against every baseline, then time
+sparsecc (all cores and one thread) and the baselines."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..runtime.threads import set_num_threads
+from .baselines import _torch
+from .cases import Case, _nnz
+from .check import _comparable, check_result
+from .timing import measure
+
+
+def _torch_threads(n: int):
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def all_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------- running one case
+
+def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, stream: dict, seed: int = 0,
+             kernel=None) -> dict:
+    """Build the inputs, compile, check against every baseline, then time.  ``kernel``
+    replaces the compiled sparsecc kernel (a callable taking the operands), for tests of
+    the checking path."""
+    import sparsecc as sc
+
+    from ..runtime.kernel import STATS
+
+    rng = np.random.default_rng(seed)
+    row: dict = {"id": case.id, "kernel": case.kernel, "input": case.input, "expr": case.expr,
+                 "formats": list(case.formats), "out_format": case.out_format, "note": case.note,
+                 "ok": False, "error": None}
+    try:
+        t = time.perf_counter()
+        ops = case.build(rng)
+        row["build_s"] = time.perf_counter() - t
+        A = ops[0]
+        row["shape"] = list(A.shape)
+        row["nnz"] = _nnz(A)
+        row["dtype"] = str(A.dtype)
+        if kernel is None:
+            if case.names:
+                k = sc.compile(case.expr, out_format=case.out_format,
+                               **dict(zip(case.names, case.formats)))
+                named = dict(zip(case.names, ops))
+                call = lambda: k(**named)
+            else:
+                k = sc.compile(case.expr, *case.formats, out_format=case.out_format)
+                call = lambda: k(*ops)
+        else:
+            call = lambda: kernel(*ops)
+        base_calls = {name: make(*ops) for name, make in case.baselines.items()}
+
+        # compile + first call, at all cores (as a user's first call runs)
+        set_num_threads(threads)
+        _torch_threads(threads)
+        misses = STATS.misses
+        t = time.perf_counter()
+        got = call()
+        first = time.perf_counter() - t
+        row["cold_compile"] = STATS.misses > misses
+
+        # correctness, before any timing
+        ref_name = next(iter(base_calls))
+        ref = _comparable(base_calls[ref_name]())
+        ok, detail = check_result(got, ref)
+        row["ok"], row["check"] = ok, f"vs {ref_name}: {detail}"
+        row["baseline_checks"] = {}
+        for name, fn in base_calls.items():
+            if name != ref_name:
+                bok, bdetail = check_result(fn(), ref)
+                row["baseline_checks"][name] = {"ok": bok, "detail": bdetail}
+        del got
+        if not ok:
+            return row
+
+        # timing: sparsecc at all cores and at 1 thread, baselines with torch at our thread count
+        t_all = measure(call, repeat, budget)
+        row["sparsecc_ms"] = t_all["median_s"] * 1e3
+        row["sparsecc_samples"] = t_all["samples"] * t_all["number"]
+        # compile time: the first call less a steady call; None when the kernel was already
+        # compiled in this process (another row with the same expression, formats and dtypes)
+        row["first_call_s"] = first
+        row["compile_s"] = max(0.0, first - t_all["median_s"]) if row["cold_compile"] else None
+        row["threads"] = threads
+        if threads > 1:
+            set_num_threads(1)
+            t_one = measure(call, repeat, budget)
+            set_num_threads(threads)
+            row["sparsecc_1t_ms"] = t_one["median_s"] * 1e3
+            row["thread_speedup"] = t_one["median_s"] / t_all["median_s"]
+        else:
+            row["sparsecc_1t_ms"] = row["sparsecc_ms"]
+            row["thread_speedup"] = 1.0
+        row["baselines"] = {}
+        for name, fn in base_calls.items():
+            bad = row["baseline_checks"].get(name, {}).get("ok") is False
+            tb = measure(fn, repeat, budget)
+            row["baselines"][name] = {"ms": tb["median_s"] * 1e3, "ratio": row["sparsecc_ms"] / (tb["median_s"] * 1e3),
+                                      "agrees": not bad}
+        if case.target is not None:
+            mine = row["sparsecc_1t_ms"] if case.target_threads == "1" else row["sparsecc_ms"]
+            ratio = mine / row["baselines"][ref_name]["ms"] if mine is not None else None
+            row["target"] = {"ratio": case.target, "baseline": ref_name, "threads": case.target_threads,
+                             "measured": ratio, "met": ratio is not None and ratio <= case.target}
+        if case.thread_target is not None:
+            sp_ = row["thread_speedup"]
+            row["thread_target"] = {"speedup": case.thread_target, "threads": threads, "measured": sp_,
+                                    "met": (sp_ >= case.thread_target) if (sp_ is not None and threads > 1) else None}
+        secs = row["sparsecc_ms"] / 1e3
+        row["flops"] = float(case.flops(ops, ref))
+        row["bytes"] = float(case.bytes(ops, ref))
+        row["gflops"] = row["flops"] / secs / 1e9
+        row["gbs"] = row["bytes"] / secs / 1e9
+        # against the read bandwidth of as many threads as the kernel could use
+        bw = stream.get("read_all_gbs") if threads > 1 else stream.get("read_1t_gbs")
+        row["bw_fraction"] = row["gbs"] / bw if bw else None
+        if row["sparsecc_1t_ms"] is not None:
+            row["gbs_1t"] = row["bytes"] / (row["sparsecc_1t_ms"] / 1e3) / 1e9
+            bw1 = stream.get("read_1t_gbs")
+            row["bw_fraction_1t"] = row["gbs_1t"] / bw1 if bw1 else None
+    except Exception as e:      # noqa: BLE001 - one broken kernel must not hide the others
+        row["ok"] = False
+        row["error"] = f"{type(e).__name__}: {e}"
+    return row
