@@ -110,12 +110,12 @@ class SampledReference:
         self.shape = tuple(sizes[i] for i in stmt.indices)
         self.rtol = _tolerance(self.dtype)
         self._cache: dict[tuple, tuple] = {}
-        self.samples = self._sample_coordinates(names, values)
+        self.samples = self._sample_coordinates()
         for c in self.samples:
             self._at(c)
 
     # ---------------------------------------------------------------- where to look
-    def _sample_coordinates(self, names, values) -> list[tuple]:
+    def _sample_coordinates(self) -> list[tuple]:
         rng = np.random.default_rng(_SEED)
         size = math.prod(self.shape)
         if size == 0:
@@ -136,8 +136,9 @@ class SampledReference:
 
     # ---------------------------------------------------------------- evaluation
     def _at(self, coord: tuple) -> tuple:
-        """(value, magnitude) of the result at ``coord``; the magnitude is the statement
-        with every operand and constant made absolute: the scale of rounding errors."""
+        """(value, magnitude, terms) of the result at ``coord``: the magnitude is the
+        statement with every operand and constant made absolute (the scale of rounding
+        errors), ``terms`` the count of nonzero terms its reductions summed."""
         got = self._cache.get(coord)
         if got is None:
             bound = dict(zip(self.stmt.indices, coord))
@@ -195,8 +196,7 @@ class SampledReference:
         raise _Unsupported
 
     def describe(self) -> str:
-        return (f"the statement evaluated in NumPy at {len(self.samples)} sampled output entries"
-                " (plus some stored entries of each sparse result)")
+        return f"the statement written out in NumPy at {len(self.samples)} sampled entries"
 
     # ---------------------------------------------------------------- checking
     def check(self, result) -> str | None:

@@ -296,18 +296,18 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
                 result = kern(*args)
                 first = time.perf_counter() - t
                 row.cached = STATS.misses == misses
-                if majority is not None:
-                    majority.add(row, result)
-                else:
+                if majority is None:
                     why = reference.check(result)
                     if why is not None:
                         row.error = f"wrong result: {why}"
                         bar.step(label)
                         continue
-                del result
                 t = time.perf_counter()
                 kern(*args)                                       # warm
                 one = time.perf_counter() - t
+                if majority is not None:
+                    majority.add(row, result)                     # a vote once it ran twice
+                del result
             except Exception as err:  # noqa: BLE001 - a candidate that breaks is a row, not a crash
                 row.error = _failure(err)
                 bar.step(label)
