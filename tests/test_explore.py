@@ -98,6 +98,16 @@ def test_sparse_result_candidates(rng):
     assert csc.ran_as == ("csr", "csr") and "ran as csr, csr" in csc.status
 
 
+def test_kernel_last_formats(rng):
+    # what explore's "ran as" reads: the formats the last call stored its operands in
+    A, x = spmv_operands(rng)
+    k = sc.compile("ij,j->i", "csc", "dense")
+    assert k.last_formats() is None
+    k(A, x)
+    f = k.last_formats()
+    assert f[0].order == (1, 0) and f[0].pos_width == 32 and f[1].is_dense
+
+
 @pytest.mark.parametrize("case", ["empty", "single"])
 def test_edge_operands(rng, case):
     A = sp.csr_array((6, 4)) if case == "empty" else sp.csr_array(([2.5], ([3], [1])), shape=(6, 4))
