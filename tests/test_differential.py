@@ -262,6 +262,11 @@ def compare(got, want) -> str | None:
 
 
 # ------------------------------------------------------------------------- known bugs
+#: (seed, case) of a known bug whose data happen to give the right answer (a bool land
+#: whose last block already decides every row)
+_RIGHT_BY_CHANCE = {(0, 53)}
+
+
 def known_bug(case: Case) -> str | None:
     """The bug being fixed in parallel that ``case`` hits (its exact cases), or None."""
     t, c, dt, fa, fb = case.template, case.const, case.dtype, case.fmt_a, case.fmt_b
@@ -277,9 +282,10 @@ def known_bug(case: Case) -> str | None:
         return "integer pow does not compile (math.ipowi not legalized)"
     if t == "minmax_row" and fa not in ("dense", "csr"):
         return "a sparse operand with a dense vector broadcast along rows crashes the compiler"
-    if t == "compare" and "dense" in (fa, fb) and "bsr2x2" in (fa, fb):
-        return "NEW: a comparison of a BSR and a dense operand crashes the compiler (signal 11)"
-    if t in ("monoid_rows", "monoid_cols", "semiring_spmv") and fa == "bsr2x2" and dt != "bool":
+    if t in ("compare", "where", "minmax") and "dense" in (fa, fb) and "bsr2x2" in (fa, fb):
+        return "NEW: an elementwise op (<, where, min) of a BSR and a dense operand crashes the compiler (signal 11)"
+    if t in ("monoid_rows", "monoid_cols", "semiring_spmv") and fa == "bsr2x2" \
+            and (SEED, case.k) not in _RIGHT_BY_CHANCE:
         return "BSR monoid reductions see only the last block"
     if t == "monoid_cols" and c == "land" and dt != "bool" or t == "monoid_rows" and c == "land" and dt != "bool":
         return "land over non-bool operands"
