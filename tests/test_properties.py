@@ -46,6 +46,7 @@ printed with its ``Case(...)``; ``build_operands(case)`` rebuilds its operands.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,25 +213,26 @@ def _summed(case: Case) -> set:
     return set(case.subscripts.split("->")[0].replace(",", "")) - set(case.output)
 
 
-def _documented_compile_failure(case: Case) -> bool:
-    """Cases docs/dsl.md and docs/sparse-results.md ("Limitations") say fail to compile."""
+def _documented_compile_failure(case: Case, err: Exception) -> bool:
+    """Is ``err`` the compile failure docs/dsl.md and docs/sparse-results.md ("Limitations")
+    document for ``case``?  By type (CompileError) and by MLIR's message: any other failure,
+    even of such a case, is a bug."""
+    if type(err) is not sc.CompileError:
+        return False
+    msg = str(err)
     # a block size of 1 (docs/dsl.md, Known limitations: "failed to infer lvlToDim")
-    if any(o.fmt.startswith("bsr") and 1 in _block(o.fmt) for o in case.operands):
+    if any(o.fmt.startswith("bsr") and 1 in _block(o.fmt) for o in case.operands) \
+            and "failed to infer lvlToDim" in msg:
         return True
     # a dense operand read with a repeated index, in a kernel with a sparse operand or a
-    # sparse result:  sc.einsum("ii,i", np.ones((3, 3)), sp.coo_array(np.ones(3)),
-    # formats=["dense", "coo"]) and sc.einsum("ii->i", np.ones((3, 3)), out_format="coo")
+    # sparse result (docs/sparse-results.md, Compile failures):
+    #   sc.einsum("ii,i", np.ones((3, 3)), sp.coo_array(np.ones(3)), formats=["dense", "coo"])
+    #   -> CompileError ... op was not bufferized
+    # (two BSR operands whose block sizes differ along a shared index, once allowed here,
+    # compile now and are no longer documented as failing: a failure of them is a bug)
     sparse = any(o.fmt != "dense" for o in case.operands) or _expected_kind(case) != "dense"
-    if sparse and any(o.fmt == "dense" and _diagonal(o) for o in case.operands):
-        return True
-    # two BSR operands whose block sizes differ along a shared index:
-    # sc.einsum("ij,ij->", A, A, formats=["bsr2x2", "bsr3x2"])
-    blocks: dict = {}
-    for o in case.operands:
-        if o.fmt.startswith("bsr"):
-            for c, b in zip(o.term, _block(o.fmt)):
-                blocks.setdefault(c, set()).add(b)
-    return any(len(b) > 1 for b in blocks.values())
+    return sparse and any(o.fmt == "dense" and _diagonal(o) for o in case.operands) \
+        and "was not bufferized" in msg
 
 
 def _may_store_extra_zeros(case: Case) -> bool:
@@ -318,12 +320,12 @@ def cases(draw) -> Case:
 def _documented_refusal(case: Case, err: Exception) -> bool:
     """Is ``err`` the documented answer to ``case``?"""
     rank = len(case.output)
-    if isinstance(err, sc.FormatError):
-        if case.out_format == "csr" and rank != 2 and "rank" in str(err):
+    if type(err) is sc.FormatError:
+        if case.out_format == "csr" and rank != 2 and "is for matrices (rank 2)" in str(err):
             return True                         # docs/formats.md: csr needs rank 2
-        if case.out_format not in (None, "dense") and rank == 0 and "scalar" in str(err):
+        if case.out_format not in (None, "dense") and rank == 0 and "scalar result, which cannot be sparse" in str(err):
             return True                         # a scalar result cannot be sparse
-    return _documented_compile_failure(case)
+    return _documented_compile_failure(case, err)
 
 
 def _expected_kind(case: Case) -> str:
@@ -397,7 +399,8 @@ def _assert_result(case: Case, got, want) -> None:
         assert_matches(got, want)
 
 
-def check_case(case: Case) -> None:
+def check_case(case: Case) -> bool:
+    """Check one case; True when a result was compared, False for a documented refusal."""
     note(repr(case))
     ops = build_operands(case)
     want = np.einsum(case.subscripts, *[_dense(x) for x in ops])
@@ -408,7 +411,7 @@ def check_case(case: Case) -> None:
         got = sc.einsum(case.subscripts, *ops, formats=formats, out_format=case.out_format)
     except sc.SparseccError as err:
         if _documented_refusal(case, err):
-            return
+            return False
         raise
     kind = _expected_kind(case)
     rank = len(case.output)
@@ -424,12 +427,25 @@ def check_case(case: Case) -> None:
     _assert_result(case, got, want)
     if sp.issparse(got):
         _check_sparse(case, got, ops, np.asarray(want))
+    return True
+
+
+#: examples run and results compared, per property (a property that refuses most of its
+#: examples has tested nothing: see _enough)
+_RUNS: Counter = Counter()
+#: the share of examples that must compare a result (documented refusals are the rest)
+FLOOR = 0.7
+
+
+def _enough(name: str) -> None:
+    ran, compared = _RUNS[name, "ran"], _RUNS[name, "compared"]
+    assert ran and compared >= FLOOR * ran, \
+        f"{name}: only {compared} of {ran} examples compared a result (the floor is {FLOOR:.0%})"
 
 
 def _settings(n: int):
     s = settings(max_examples=n, deadline=None, derandomize=_SEED is None, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                        HealthCheck.filter_too_much])
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     return (lambda f: seed(int(_SEED))(s(f))) if _SEED is not None else s
 
 
@@ -458,24 +474,33 @@ ONE = 1e-9          # a density that stores exactly one entry
 @example(Case("ii", (("i", 4),), (Operand("ii", "csc", False, "coo", "float32", ONE),), None, 7))
 @example(Case("ij,jk", SIZE4, (Operand("ij", "dcsr", False, "native", "int32", 1.0),
                                Operand("jk", "coo", False, "dups", "int32", 1.0)), None, 8))
-def test_einsum_matches_numpy(case):
-    check_case(case)
+def _einsum_matches_numpy(case):
+    _RUNS["einsum", "ran"] += 1
+    _RUNS["einsum", "compared"] += check_case(case)
+
+
+def test_einsum_matches_numpy():
+    _RUNS.clear()
+    _einsum_matches_numpy()
+    _enough("einsum")
 
 
 @_settings(max(1, MAX_EXAMPLES // 4))
 @given(cases(), st.data())
-def test_one_kernel_serves_every_shape(case, data):
-    """sc.compile'd kernel: called again with other sizes, it answers without recompiling."""
+def _one_kernel_serves_every_shape(case, data):
     if any(o.own for o in case.operands):           # own formats are resolved per call
         case = Case(case.subscripts, case.sizes, tuple(
             Operand(o.term, o.fmt, False, o.kind, o.dtype, o.density, o.zeros) for o in case.operands),
             case.out_format, case.seed)
     note(repr(case))
+    _RUNS["shapes", "ran"] += 1
     try:
         k = sc.compile(case.subscripts, *case.formats(), out_format=case.out_format)
         got = k(*build_operands(case))
-    except sc.SparseccError:
-        assume(False)           # test_einsum_matches_numpy checks which refusals are right
+    except sc.SparseccError as err:
+        if _documented_refusal(case, err):
+            return              # counted as run, not compared: see _enough
+        raise
     fixed = {c for o in case.operands if o.fmt.startswith("bsr") for c in o.term}   # block sizes
     sizes = tuple((c, n if c in fixed else data.draw(SIZES, label=c)) for c, n in case.sizes)
     other = Case(case.subscripts, sizes, case.operands, case.out_format, case.seed + 1)
@@ -485,3 +510,11 @@ def test_one_kernel_serves_every_shape(case, data):
     got = k(*ops)
     assert sc.cache_info().misses == misses, "recompiled for new sizes"
     _assert_result(other, got, np.einsum(other.subscripts, *[_dense(x) for x in ops]))
+    _RUNS["shapes", "compared"] += 1
+
+
+def test_one_kernel_serves_every_shape():
+    """sc.compile'd kernel: called again with other sizes, it answers without recompiling."""
+    _RUNS.clear()
+    _one_kernel_serves_every_shape()
+    _enough("shapes")

@@ -294,3 +294,210 @@ def test_errors():
         sc.evaluate("y[i] = avg[j](A[i,j])", A=A)
     with pytest.raises(sc.DTypeError):
         sc.evaluate("y[i] = max[j](A[i,j])", A=A.astype(np.complex128))
+
+
+# ---------------------------------------------------------------------------------------
+# References that share no code with sparsecc: each named semiring written out here (no
+# sparsecc.semiring lookup, no parser, no tests/oracle.py), loops over the stored entries
+# SciPy lists, and scipy.sparse.csgraph for shortest paths and BFS levels.
+
+def _min(dtype):
+    return np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).max
+
+
+def _max(dtype):
+    return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
+
+
+#: name -> (add, multiply, identity of add for a result dtype)
+WRITTEN = {
+    "plus_times": (lambda a, b: a + b, lambda a, b: a * b, lambda t: 0),
+    "min_plus": (min, lambda a, b: a + b, _min),
+    "max_plus": (max, lambda a, b: a + b, _max),
+    "min_times": (min, lambda a, b: a * b, _min),
+    "max_times": (max, lambda a, b: a * b, _max),
+    "min_max": (min, max, _min),
+    "max_min": (max, min, _max),
+    "lor_land": (lambda a, b: a or b, lambda a, b: a and b, lambda t: False),
+    "land_lor": (lambda a, b: a and b, lambda a, b: a or b, lambda t: True),
+    "plus_pair": (lambda a, b: a + b, lambda a, b: 1, lambda t: 0),
+}
+#: the dtypes each is checked in (land/lor over numbers is not a semiring GraphBLAS names)
+WRITTEN_DTYPES = {name: ["bool"] if name in ("lor_land", "land_lor") else
+                  ["float64", "int64"] + (["bool"] if name == "plus_pair" else []) for name in WRITTEN}
+
+
+def _stored_matrix(shape, dtype, seed, empty_row):
+    """A CSR matrix with stored zeros/False values and no entry in row ``empty_row``."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random(shape) < 0.35
+    mask[empty_row] = False
+    r, c = np.nonzero(mask)
+    if np.dtype(dtype) == bool:
+        vals = rng.random(r.size) < 0.7
+    else:
+        vals = rng.integers(-4, 5, size=r.size).astype(dtype)     # stored zeros included
+        if np.dtype(dtype).kind == "f":
+            vals = vals + rng.choice([0.0, 0.5], size=r.size)
+    return sp.csr_array((vals.astype(dtype), (r, c)), shape=shape)
+
+
+def _dense_vector(n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == bool:
+        return rng.random(n) < 0.6
+    return rng.integers(-3, 4, size=n).astype(dtype)
+
+
+def _result_dtype(name, dtype):
+    if name == "plus_pair":
+        return np.dtype(np.int64)
+    return np.dtype(dtype)
+
+
+def _loops(name, A, B, dense_b):
+    """C[i, j] = add over stored k of mul(A[i, k], B[k, j]) for B a CSR matrix or a dense
+    2-d array (every entry stored); an empty sum is the identity (dense result), and
+    ``met`` marks the pairs some stored term reached (a sparse result stores exactly those)."""
+    add, mul, ident = WRITTEN[name]
+    out_dtype = _result_dtype(name, A.dtype)
+    m, n = A.shape[0], B.shape[1]
+    C = np.full((m, n), ident(out_dtype), dtype=out_dtype)
+    met = np.zeros((m, n), bool)
+    for i in range(m):
+        for p in range(A.indptr[i], A.indptr[i + 1]):
+            k, a = A.indices[p], A.data[p]
+            if dense_b:
+                cols = range(n)
+                vals = B[k]
+            else:
+                cols = B.indices[B.indptr[k]:B.indptr[k + 1]]
+                vals = dict(zip(cols, B.data[B.indptr[k]:B.indptr[k + 1]]))
+            for j in cols:
+                t = mul(a.item(), vals[j].item())
+                C[i, j] = t if not met[i, j] else add(C[i, j].item(), t)
+                met[i, j] = True
+    return C, met
+
+
+def _cycle(seq, k):
+    return seq[k % len(seq)]
+
+
+WRITTEN_CASES = [(name, dtype) for name in WRITTEN for dtype in WRITTEN_DTYPES[name]]
+
+
+@pytest.mark.parametrize("name,dtype", WRITTEN_CASES)
+def test_named_semiring_spmv_against_written_loops(name, dtype):
+    A = _stored_matrix((9, 7), dtype, seed=11, empty_row=4)
+    x = _dense_vector(7, dtype, seed=12)
+    fmt = _cycle(FORMATS, WRITTEN_CASES.index((name, dtype)))
+    y = sc.einsum("ij,j->i", A, x, formats=(fmt, "dense"), semiring=name)
+    want, _ = _loops(name, A, x[:, None], dense_b=True)
+    assert y.dtype == want.dtype, (y.dtype, want.dtype)
+    np.testing.assert_array_equal(y, want[:, 0])             # row 4: the identity
+
+
+@pytest.mark.parametrize("name,dtype", WRITTEN_CASES)
+def test_named_semiring_spmm_against_written_loops(name, dtype):
+    A = _stored_matrix((8, 6), dtype, seed=13, empty_row=0)
+    X = np.stack([_dense_vector(6, dtype, seed=14 + j) for j in range(3)], axis=1)
+    fmt = _cycle(FORMATS, WRITTEN_CASES.index((name, dtype)) + 1)
+    Y = sc.einsum("ik,kj->ij", A, X, formats=(fmt, "dense"), semiring=name)
+    want, _ = _loops(name, A, X, dense_b=True)
+    assert Y.dtype == want.dtype
+    np.testing.assert_array_equal(Y, want)
+
+
+@pytest.mark.parametrize("out", ["dense", "csr"])
+@pytest.mark.parametrize("name,dtype", [(n, WRITTEN_DTYPES[n][0]) for n in WRITTEN])
+def test_named_semiring_spgemm_against_written_loops(name, dtype, out):
+    A = _stored_matrix((7, 6), dtype, seed=15, empty_row=2)
+    B = _stored_matrix((6, 5), dtype, seed=16, empty_row=3)
+    fmts = _cycle([("csr", "csr"), ("csr", "csc"), ("coo", "dcsr"), ("dcsr", "csr")], list(WRITTEN).index(name))
+    C = sc.einsum("ik,kj->ij", A, B, formats=fmts, semiring=name, out_format=out)
+    want, met = _loops(name, A, B, dense_b=False)
+    assert not met[2].any()
+    if out == "dense":
+        assert C.dtype == want.dtype
+        np.testing.assert_array_equal(C, want)
+    else:
+        assert isinstance(C, sp.csr_array) and C.dtype == want.dtype
+        coo = sp.coo_array(C)
+        have = np.zeros(C.shape, bool)
+        have[tuple(coo.coords)] = True
+        np.testing.assert_array_equal(have, met)             # exactly the pairs that met
+        np.testing.assert_array_equal(C.toarray()[met], want[met])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bellman_ford_multi_source_spmm_matches_csgraph(fmt):
+    """min_plus SpMM (one column per source) iterated to its fixed point = shortest paths."""
+    rng = np.random.default_rng(21)
+    n = 40
+    W = sp.random_array((n, n), density=0.08, format="csr", random_state=22)
+    W.data = np.round(rng.random(W.nnz) * 9 + 1)
+    sources = [0, 5, 17]
+    D = np.full((n, len(sources)), np.inf)
+    D[sources, range(len(sources))] = 0.0
+    for _ in range(n):
+        new = np.minimum(D, sc.einsum("ji,jk->ik", W, D, formats=(fmt, "dense"), semiring="min_plus"))
+        if np.array_equal(new, D):
+            break
+        D = new
+    else:
+        raise AssertionError("no fixed point after n relaxations")
+    np.testing.assert_array_equal(D.T, csgraph.shortest_path(W, directed=True, indices=sources))
+
+
+def _bfs_levels(A, source):
+    """Levels from csgraph.breadth_first_order: level[v] = level[parent] + 1; -1 unreached."""
+    order, pred = csgraph.breadth_first_order(A, source, directed=True, return_predecessors=True)
+    level = np.full(A.shape[0], -1)
+    level[source] = 0
+    for v in order[1:]:
+        level[v] = level[pred[v]] + 1
+    return level
+
+
+@pytest.mark.parametrize("name,fmt", [("lor_land", "csr"), ("lor_land", "coo"), ("lor_land", "csc"),
+                                      ("lor_pair", "csr"), ("lor_pair", "csc"), ("lor_pair", "dcsr")])
+def test_bfs_levels_match_csgraph(name, fmt):
+    n = 60
+    A = sp.random_array((n, n), density=0.04, format="csr", random_state=31).astype(bool)
+    A = sp.csr_array(A)
+    for source in (0, 9):
+        level = np.full(n, -1)
+        level[source] = 0
+        frontier = level == 0
+        depth = 0
+        while frontier.any():
+            depth += 1
+            if name == "lor_pair":      # pair ignores values: the frontier stores only its vertices
+                step = sc.einsum("ji,j->i", A, sp.coo_array(frontier), formats=(fmt, "coo"), semiring=name)
+            else:
+                step = sc.einsum("ji,j->i", A, frontier, formats=(fmt, "dense"), semiring=name)
+            frontier = step & (level < 0)
+            level[frontier] = depth
+        np.testing.assert_array_equal(level, _bfs_levels(A, source))
+
+
+#: lor_pair SpMV with a dense vector crashes the compile worker (signal 11 inside MLIR)
+_LOR_PAIR_CRASH = pytest.mark.xfail(strict=True, raises=sc.CompileError,
+                                    reason="BUG: lor_pair with a dense vector crashes the MLIR compile (signal 11)")
+
+
+@pytest.mark.parametrize("subscripts,fmt", [
+    ("ji,j->i", "csr"), ("ij,j->i", "csc"),
+    pytest.param("ij,j->i", "csr", marks=_LOR_PAIR_CRASH), pytest.param("ij,j->i", "coo", marks=_LOR_PAIR_CRASH),
+    pytest.param("ji,j->i", "csc", marks=_LOR_PAIR_CRASH), pytest.param("ji,j->i", "dcsr", marks=_LOR_PAIR_CRASH),
+    pytest.param("ji,j->i", "coo", marks=_LOR_PAIR_CRASH)])
+def test_lor_pair_with_a_dense_vector(subscripts, fmt):
+    """pair ignores values and a dense vector stores every entry: y[i] is whether A stores
+    anything in its row (column for "ji") i - written out over SciPy's stored entries."""
+    A = _stored_matrix((7, 7), "bool", seed=41, empty_row=3)
+    x = np.zeros(7, bool)
+    y = sc.einsum(subscripts, A, x, formats=(fmt, "dense"), semiring="lor_pair")
+    counts = np.diff(A.indptr) if subscripts == "ij,j->i" else np.bincount(A.indices, minlength=7)
+    assert y.dtype == np.bool_
+    np.testing.assert_array_equal(y, counts > 0)

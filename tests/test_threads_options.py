@@ -17,8 +17,14 @@ import scipy.sparse as sp
 import sparsecc as sc
 from conftest import assert_matches, random_sparse
 from sparsecc.options import PARALLEL
+from sparsecc.passes.rewrites import CHUNK, MIN_PARALLEL_TRIP
 
 RNG_SEED = 2024
+#: rows of the test matrices: parallel loops deal rows to threads in chunks of CHUNK
+#: (``schedule(dynamic, CHUNK)``), so a matrix of fewer than 2 x CHUNK rows is one chunk
+#: for one thread and the "parallel" run never runs two threads at once.  ROWS gives
+#: two threads at least 3 chunks to share (test_rows_are_split_between_threads).
+ROWS = 3 * CHUNK + 300
 
 
 @pytest.fixture(autouse=True)
@@ -30,9 +36,10 @@ def _restore_threads():
 
 def _operands(name, fmt, rng):
     """(einsum, operands, formats) of kernel ``name`` with its sparse operand in ``fmt``.
-    Shapes are above the trip count below which a parallel loop runs on one thread."""
-    m, n = 700, 600
-    A = random_sparse((m, n), 0.02, np.float64, rng, fmt="csr")
+    Shapes are above the trip count below which a parallel loop runs on one thread, and the
+    rows span several scheduling chunks (ROWS)."""
+    m, n = ROWS, 600
+    A = random_sparse((m, n), 0.005, np.float64, rng, fmt="csr")
     keep = np.ones(m)
     keep[[3, 4, 5]] = 0                 # empty rows
     A = (sp.diags_array(keep) @ A).tocsr()
@@ -55,10 +62,51 @@ def _operands(name, fmt, rng):
         B = random_sparse((n, 300), 0.02, np.float64, rng, fmt="csr")
         return "ik,kj->ij", (A, B), (fmt, fmt)
     if name == "mttkrp":
-        T = random_sparse((600, 30, 20), 0.01, np.float64, rng)
+        T = random_sparse((ROWS, 30, 20), 0.002, np.float64, rng)
         B, C = rng.random((30, 4)), rng.random((20, 4))
         return "ijk,jr,kr->ir", (T, B, C), (fmt, "dense", "dense")
     raise AssertionError(name)
+
+
+def test_rows_are_split_between_threads():
+    """The test matrices really split: more rows than 2 threads x one chunk each, above the
+    trip count below which a loop runs on one thread, and the kernel deals them in chunks
+    of CHUNK (libomp's dynamic dispatch, as the compiled LLVM IR shows)."""
+    rng = np.random.default_rng(RNG_SEED)
+    _, (A, x), _ = _operands("spmv", "csr", rng)
+    assert A.shape[0] >= MIN_PARALLEL_TRIP
+    assert A.shape[0] > 2 * CHUNK, "two threads would not both get a chunk"
+    k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
+    k(A, x)
+    ir = k.ir("llvm")
+    assert "@__kmpc_dispatch_init_8u(" in ir and f"i64 {CHUNK})" in ir, "not schedule(dynamic, CHUNK)"
+    assert -(-A.shape[0] // CHUNK) >= 3
+
+
+def test_two_threads_really_run_in_a_parallel_kernel():
+    """In a fresh process: one thread makes libomp start no worker; two threads on ROWS
+    rows do (an OS thread appears in /proc/self/task), so the parallel runs above really
+    have a team of two."""
+    code = f"""
+        import os, numpy as np, scipy.sparse as sp, sparsecc as sc
+        A = sp.random_array(({ROWS}, 300), density=0.01, format="csr", rng=1)
+        x = np.ones(300)
+        k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
+        tasks = lambda: len(os.listdir("/proc/self/task"))
+        sc.set_num_threads(1)
+        one = k(A, x)
+        before = tasks()
+        sc.set_num_threads(1)
+        k(A, x)
+        assert tasks() == before, "a worker thread on 1 thread"
+        sc.set_num_threads(2)
+        two = k(A, x)
+        assert tasks() == before + 1, (before, tasks())
+        assert np.array_equal(one, two)
+        print("ok")
+    """
+    r = _run(code, KMP_BLOCKTIME="0")
+    assert r.stdout.strip() == "ok", r.stdout
 
 
 def _dense(ops):
@@ -223,7 +271,7 @@ def test_num_threads_from_the_environment():
     code = """
         import os, numpy as np, scipy.sparse as sp, sparsecc as sc
         print(sc.get_num_threads(), len(os.sched_getaffinity(0)))
-        A = sp.random_array((2000, 300), density=0.05, format="csr", rng=1)
+        A = sp.random_array((3 * 1024 + 300, 300), density=0.05, format="csr", rng=1)
         x = np.ones(300)
         k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
         assert np.allclose(k(A, x), A @ x)
