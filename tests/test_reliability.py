@@ -541,3 +541,96 @@ def test_nan_and_inf_propagate_like_scipy():
     np.testing.assert_array_equal(sc.einsum("ij->i", A), A.sum(axis=1))
     np.testing.assert_array_equal(sc.einsum("ij->i", A.astype(np.float32)),
                                   A.astype(np.float32).sum(axis=1))
+
+
+# ------------------------------------------------------------------ the compile worker
+SIMPLE_MLIR = """
+func.func @kernel(%m: memref<4xf64>) attributes { llvm.emit_c_interface } {
+  %c0 = arith.constant 0 : index
+  %v = arith.constant 1.0 : f64
+  memref.store %v, %m[%c0] : memref<4xf64>
+  return
+}
+"""
+
+
+@pytest.fixture
+def worker_hook(monkeypatch, tmp_path):
+    """Set a test hook for the compile worker (see runtime/_worker.py), in a fresh cache."""
+    from sparsecc.runtime import compiler
+    monkeypatch.setenv("SPARSECC_CACHE_DIR", str(tmp_path / "cache"))
+
+    def set_hook(hook):
+        monkeypatch.setattr(compiler, "_test_hook", hook)
+    yield set_hook
+    compiler._test_hook = None
+
+
+def test_worker_printing_to_stdout_does_not_desynchronize(worker_hook, tmp_path):
+    from sparsecc.runtime import compiler
+    worker_hook({"stdout": '{"ok": true, "id": 1}\n' * 50})     # prints and os.write(1, ...)
+    for k in range(3):
+        reply = compiler.compile_library(SIMPLE_MLIR, str(tmp_path / f"k{k}.so"))
+        assert reply["ok"] and reply["arg_types"]
+    worker_hook(None)
+    y = sc.einsum("ij,j->i", sp.csr_array(np.eye(3) * 2), np.ones(3))     # still in step
+    assert_matches(y, np.full(3, 2.0))
+
+
+def test_worker_hang_times_out_and_restarts(worker_hook, tmp_path, monkeypatch):
+    from sparsecc.runtime import compiler
+    monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "1.5")
+    worker_hook({"sleep": 60})
+    t = time.monotonic()
+    with pytest.raises(sc.CompileError, match="did not finish .* within 1.5 s"):
+        compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "a.so"))
+    assert time.monotonic() - t < 30
+    worker_hook(None)
+    assert compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "b.so"))["ok"]
+    monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "soon")
+    with pytest.raises(sc.SparseccError, match="SPARSECC_COMPILE_TIMEOUT"):
+        compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "c.so"))
+
+
+def test_worker_internal_error_keeps_its_traceback_and_is_not_retried(worker_hook, monkeypatch):
+    from sparsecc.runtime import compiler
+    calls = []
+    real = compiler.compile_library
+    monkeypatch.setattr(compiler, "compile_library", lambda *a, **k: calls.append(1) or real(*a, **k))
+    worker_hook({"internal": "the bug"})
+    with pytest.raises(sc.InternalError) as info:
+        sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")(sp.csr_array(np.eye(3)), sp.csr_array(np.eye(3)))
+    assert not isinstance(info.value, sc.CompileError)
+    assert "KeyError: 'the bug'" in info.value.worker_traceback
+    assert "Traceback" in str(info.value) and "_test_hook" in str(info.value)
+    assert len(calls) == 1                       # no retry through the compile ladder
+
+
+FORK_SCRIPT = """
+import os, sys, numpy as np, scipy.sparse as sp, sparsecc as sc
+from sparsecc.runtime import compiler
+A = sp.csr_array(np.eye(3) * 2)
+assert np.allclose(sc.einsum("ij,j->i", A, np.ones(3)), 2)     # the parent's worker is running
+parent = compiler._worker
+pid = os.fork()
+if pid == 0:
+    try:
+        y = sc.einsum("ij,j->i", sp.csc_array(A), np.arange(3.0), formats=("csc", "dense"))
+        ok = np.allclose(y, 2 * np.arange(3.0)) and compiler._worker is not parent and compiler._worker.owner == os.getpid()
+        os._exit(0 if ok else 3)
+    except BaseException as e:
+        print(repr(e), file=sys.stderr)
+        os._exit(4)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert compiler._worker is parent and parent.proc.poll() is None
+y = sc.einsum("ik,kj->ij", A, A, out_format="csr")       # the parent's worker still answers
+assert np.allclose(y.toarray(), 4 * np.eye(3))
+print("OK")
+"""
+
+
+def test_forked_child_starts_its_own_worker(tmp_path):
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]

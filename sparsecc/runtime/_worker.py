@@ -2,8 +2,15 @@
 
 Runs in its own process (``python -m sparsecc.runtime._worker``) because the MLIR wheels are
 built with assertions that abort the whole process; a crash here costs the caller a
-``CompileError``, not its notebook.  Protocol: one JSON request per line on stdin, one JSON
-reply per line on stdout.
+``CompileError``, not its notebook.
+
+Protocol: length-prefixed frames (8 bytes little-endian length, then UTF-8 JSON).  Requests
+come on fd 0; replies go to the pipe that was fd 1 at startup, which the worker keeps on a
+private descriptor: fd 1 itself is then pointed at stderr, so nothing a pass, LLVM, MLIR or
+a stray ``print`` writes can reach the reply channel.  Each request carries an ``id`` that
+its reply repeats.  A reply says ``ok``; a failure says its ``kind``: ``rejected`` (MLIR or
+LLVM refused the kernel, or linking failed) or ``internal`` (a Python error in sparsecc: a
+bug, with the full traceback).
 """
 
 from __future__ import annotations
@@ -13,9 +20,28 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 ENTRY = "sparsecc_entry"
+HEADER = 8
+
+
+class Rejected(Exception):
+    """MLIR or LLVM refused the kernel (or the linker failed): not a bug in sparsecc."""
+
+
+def _test_hook(hook: dict) -> None:
+    """Test-only behaviours (tests/test_reliability.py): misbehave like a pass or LLVM might."""
+    if "stdout" in hook:            # garbage on fd 1, as a pass or LLVM writing there would
+        print(hook["stdout"])
+        os.write(1, hook["stdout"].encode())
+    if "sleep" in hook:             # a hang
+        time.sleep(hook["sleep"])
+    if "internal" in hook:          # a bug in the worker's Python
+        raise KeyError(hook["internal"])
+    if "abort" in hook:             # an assertion in MLIR
+        os.abort()
 
 
 def _packed_wrapper(module_text: str, ciface: str, types: list[str], entry: str = ENTRY) -> str:
@@ -52,6 +78,9 @@ def compile_job(req: dict) -> dict:
     from sparsecc.options import Options
     from sparsecc.passes.pipeline import host_features, lower
 
+    if req.get("test_hook"):
+        _test_hook(req["test_hook"])
+
     # every code-generation option (parallel strategy, vector length, loop order ...); the
     # old opt_level/cpu fields still count when a request has no "options"
     options = Options(**req["options"]) if req.get("options") else Options(
@@ -75,8 +104,11 @@ def compile_job(req: dict) -> dict:
 
     llb.initialize_native_target()
     llb.initialize_native_asmprinter()
-    mod = llb.parse_assembly(llvm_ir)
-    mod.verify()
+    try:
+        mod = llb.parse_assembly(llvm_ir)
+        mod.verify()
+    except RuntimeError as err:             # LLVM refused the IR
+        raise Rejected(f"LLVM: {err}") from None
     # Only the packed entry is exported: every other function (the kernel, its C interface,
     # the sparsifier's insert/sort helpers) becomes internal, so LLVM may inline them and
     # several kernels can share one library without clashing symbols.
@@ -115,21 +147,53 @@ def compile_job(req: dict) -> dict:
             libs = link_args() + libs
         r = subprocess.run([cc, "-shared", "-o", so, o, *libs], capture_output=True, text=True)
         if r.returncode:
-            raise RuntimeError(f"linking with {cc} failed: {r.stderr.strip()}")
+            raise Rejected(f"linking with {cc} failed: {r.stderr.strip()}")
         os.replace(so, out)
     return reply
 
 
+def _read_exact(f, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = f.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _rejection(err: BaseException) -> bool:
+    if isinstance(err, Rejected):
+        return True
+    try:
+        from mlir import ir
+    except ImportError:
+        return False
+    return isinstance(err, ir.MLIRError)
+
+
 def main() -> None:
-    for line in sys.stdin:
-        req = json.loads(line)
+    replies = os.fdopen(os.dup(1), "wb")    # the reply pipe, on a private descriptor
+    os.dup2(2, 1)                           # fd 1 (C and C++ writers) goes to stderr now
+    sys.stdout = sys.stderr
+    requests = os.fdopen(0, "rb", buffering=0)
+    while True:
+        head = _read_exact(requests, HEADER)
+        if head is None:
+            return
+        body = _read_exact(requests, int.from_bytes(head, "little"))
+        if body is None:
+            return
+        req = json.loads(body)
         try:
             reply = compile_job(req)
         except Exception as err:   # MLIRError carries the diagnostics in its text
-            reply = {"ok": False, "error": f"{type(err).__name__}: {err}",
-                     "trace": traceback.format_exc(limit=4)}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+            reply = {"ok": False, "kind": "rejected" if _rejection(err) else "internal",
+                     "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()}
+        reply["id"] = req.get("id")
+        data = json.dumps(reply).encode()
+        replies.write(len(data).to_bytes(HEADER, "little") + data)
+        replies.flush()
 
 
 if __name__ == "__main__":

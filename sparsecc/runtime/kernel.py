@@ -170,10 +170,10 @@ def _first_that_compiles(attempts, build):
         try:
             return build(split, via)
         except CompileError as err:
-            if k == len(attempts) - 1:
+            # a timeout is not retried in other forms (each could take as long); an
+            # InternalError (a bug, not a rejection) is no CompileError and is never retried
+            if k == len(attempts) - 1 or getattr(err, "timed_out", False):
                 raise
-            if err.ir_path and os.path.exists(err.ir_path):
-                os.remove(err.ir_path)    # a failure reports the IR of the final attempt
 
 
 def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
