@@ -634,3 +634,42 @@ def test_forked_child_starts_its_own_worker(tmp_path):
     env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]
+
+
+OOM_SCRIPT = """
+import resource, sys, numpy as np, scipy.sparse as sp, sparsecc as sc
+outer = sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")
+transpose = sc.compile("ij->ji", "csr", out_format="coo")
+small = sp.csr_array(np.ones((3, 1)))
+assert np.allclose(outer(small, small.T.tocsr()).toarray(), np.ones((3, 3)))     # compiled before the limit
+W = sp.csr_array((np.ones(2), np.array([0, 2**31 - 5], np.int64), np.array([0, 1, 2], np.int64)), shape=(2, 2**31))
+T0 = sp.csr_array((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 3))
+assert np.allclose(transpose(T0).toarray(), T0.toarray().T)
+with open("/proc/self/status") as f:
+    vm = [int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize")][0]
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), resource.RLIM_INFINITY))
+X = sp.csr_array(np.ones((20000, 1)))
+Y = sp.csr_array(np.ones((1, 20000)))
+try:
+    outer(X, Y)                 # 4e8 stored entries: about 5 GB
+    print("no MemoryError (outer)")
+except MemoryError as err:
+    print("outer:", err)
+try:
+    transpose(W)                # a (2, 2**31) matrix with 2 entries
+    print("transpose fit")
+except MemoryError as err:
+    print("transpose:", err)
+R = outer(small, small.T.tocsr())      # the process is alive and kernels still run
+assert np.allclose(R.toarray(), np.ones((3, 3)))
+assert np.allclose(sc.einsum("ij,j->i", X[:5], np.ones(1)), np.ones(5))
+print("OK")
+"""
+
+
+def test_out_of_memory_in_a_kernel_raises_memory_error(tmp_path):
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert "outer: sparsecc: the kernel 'ik,kj->ij' ran out of memory" in r.stdout, r.stdout
+    assert r.stdout.strip().endswith("OK"), r.stdout

@@ -25,6 +25,57 @@ import traceback
 
 ENTRY = "sparsecc_entry"
 HEADER = 8
+BODY = "__body"            # the MLIR packed entry is <entry>__body; <entry> is C (OOM_C)
+#: the C library functions generated code may allocate with, redirected to checked wrappers
+ALLOCATORS = ("malloc", "calloc", "realloc", "aligned_alloc")
+
+# Every allocation of a kernel is checked.  The generated code calls sparsecc_malloc & co.
+# (the declarations are renamed after LLVM's optimization, which knows malloc's meaning);
+# on NULL they longjmp back to the exported entry, which returns 1 instead of 0, and the
+# Python call path raises MemoryError.  The kernel's temporaries allocated before that leak.
+# In a thread other than the caller's (an OpenMP worker) there is nothing to jump back to:
+# that still aborts.  Shared with ahead-of-time libraries (runtime/aot.py).
+OOM_C = r"""
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#define SPARSECC_HIDDEN __attribute__((visibility("hidden")))
+static __thread jmp_buf *sparsecc_oom_jump;
+static void sparsecc_oom(void) {
+    if (sparsecc_oom_jump) longjmp(*sparsecc_oom_jump, 1);
+    abort();
+}
+SPARSECC_HIDDEN void *sparsecc_malloc(size_t n) {
+    void *p = malloc(n); if (!p && n) sparsecc_oom(); return p;
+}
+SPARSECC_HIDDEN void *sparsecc_calloc(size_t k, size_t n) {
+    void *p = calloc(k, n); if (!p && k && n) sparsecc_oom(); return p;
+}
+SPARSECC_HIDDEN void *sparsecc_realloc(void *q, size_t n) {
+    void *p = realloc(q, n); if (!p && n) sparsecc_oom(); return p;
+}
+SPARSECC_HIDDEN void *sparsecc_aligned_alloc(size_t a, size_t n) {
+    void *p = aligned_alloc(a, n); if (!p && n) sparsecc_oom(); return p;
+}
+/* int NAME(void **args): 0, or 1 when an allocation failed (out of memory) */
+#define SPARSECC_ENTRY(NAME) \
+    SPARSECC_HIDDEN void NAME##__body(void **args); \
+    int NAME(void **args) { \
+        jmp_buf here; jmp_buf *volatile outer = sparsecc_oom_jump; \
+        sparsecc_oom_jump = &here; \
+        if (setjmp(here)) { sparsecc_oom_jump = outer; return 1; } \
+        NAME##__body(args); \
+        sparsecc_oom_jump = outer; \
+        return 0; \
+    }
+"""
+
+
+def redirect_allocations(mod) -> None:
+    """Point the calls to C allocators in llvmlite module ``mod`` at the checked wrappers."""
+    for fn in mod.functions:
+        if fn.is_declaration and fn.name in ALLOCATORS:
+            fn.name = f"sparsecc_{fn.name}"
 
 
 class Rejected(Exception):
@@ -98,7 +149,7 @@ def compile_job(req: dict) -> dict:
                 types = [str(a.type) for a in op.regions[0].blocks[0].arguments]
         if types is None:
             raise RuntimeError(f"no {ciface} after lowering")
-        module = ir.Module.parse(_packed_wrapper(str(module), ciface, types, req.get("entry", ENTRY)))
+        module = ir.Module.parse(_packed_wrapper(str(module), ciface, types, req.get("entry", ENTRY) + BODY))
         stages["llvm-dialect"] = str(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
 
@@ -114,7 +165,11 @@ def compile_job(req: dict) -> dict:
     # several kernels can share one library without clashing symbols.
     entry = req.get("entry", ENTRY)
     for fn in mod.functions:
-        if not fn.is_declaration and fn.name != entry:
+        if fn.is_declaration:
+            continue
+        if fn.name == entry + BODY:
+            fn.visibility = "hidden"    # called by the C entry (OOM_C) linked next to it
+        else:
             fn.linkage = "internal"
     cpu = options.cpu or llb.get_host_cpu_name()
     features = host_features(llb.get_host_cpu_features().flatten()) if not options.cpu else ""
@@ -122,6 +177,7 @@ def compile_job(req: dict) -> dict:
         cpu=cpu, features=features, opt=options.opt_level, reloc="pic", codemodel="default")
     pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=options.opt_level))
     pb.getModulePassManager().run(mod, pb)
+    redirect_allocations(mod)
     stages["llvm"] = str(mod)
     obj = tm.emit_object(mod)
 
@@ -138,14 +194,17 @@ def compile_job(req: dict) -> dict:
     with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
         o = os.path.join(tmp, "kernel.o")
         so = os.path.join(tmp, "kernel.so")
+        c = os.path.join(tmp, "entry.c")
         with open(o, "wb") as f:
             f.write(obj)
+        with open(c, "w") as f:
+            f.write(OOM_C + f"SPARSECC_ENTRY({entry})\n")
         cc = req.get("cc") or "cc"
         libs = ["-lm"]
         if chosen["openmp"]:            # libomp by name; the runtime loads it before the kernel
             from sparsecc.runtime.threads import link_args
             libs = link_args() + libs
-        r = subprocess.run([cc, "-shared", "-o", so, o, *libs], capture_output=True, text=True)
+        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", so, o, c, *libs], capture_output=True, text=True)
         if r.returncode:
             raise Rejected(f"linking with {cc} failed: {r.stderr.strip()}")
         os.replace(so, out)

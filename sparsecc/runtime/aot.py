@@ -26,6 +26,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import CompileError, FormatError, SparseccError
 from ..formats import Format, resolve
+from ._worker import OOM_C
 
 MANIFEST_VERSION = 2       # 2: the statement as data, digests in the library
 _C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32": "int32_t",
@@ -191,21 +192,23 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                    "allocated by the caller, overwritten")
         body.append(_descriptor("d_out", "out", out_dims))
         body.append("    argv[k++] = &d_out;")
-        body.append(f"    {fn}_entry(argv);")
+        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
     else:
         params.append(f"{lib}_sparse_result *out")
         names = [c for c, _, _ in _field_names(out_fmt, "out")]
         doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
         doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
         doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
-        body.append(f"    {fn}_entry(argv);")
+        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
         body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
         for d, e in enumerate(out_dims):
             body.append(f"    out->dims[{d}] = {e};")
         body.append(f"    for (int b = 0; b < {len(names)}; b++) {{ out->buffers[b] = res.b[b].aligned; "
                     "out->allocations[b] = res.b[b].allocated; out->lengths[b] = res.spec.mem[b]; }")
         body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
-    doc.append(" * Returns 0.  Inputs are not validated: pass well-formed buffers (sc.aot.load validates).")
+    doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
+    doc.append(" * leak, nothing is written to out).  Inputs are not validated: pass well-formed buffers")
+    doc.append(" * (sc.aot.load validates).")
     doc.append(" */")
     body += ["    (void)k;", "    return 0;", "}"]
     ptext = ", ".join(params)
@@ -274,11 +277,12 @@ def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[st
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
         for r in range(1, 9))
-    entries = "".join(f"void {lib}_{n}_entry(void **args);\n" for n in names)
+    entries = "".join(f"SPARSECC_ENTRY({lib}_{n}_entry)\n" for n in names)
     digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>
 #include <stdlib.h>
 #include "{lib}.h"
+{OOM_C}
 
 typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
 {ranks}
@@ -367,7 +371,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             f.write(_c_source(name, list(kernels), defs,
                               [spec_digest(manifest["kernels"][k]) for k in kernels]))
         so_tmp = os.path.join(tmp, f"lib{name}.so")
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c99", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise CompileError(f"linking lib{name}.so failed:\n{r.stderr.strip()}", src)
@@ -467,7 +471,7 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     if index_order != spec["index_order"]:
         raise bad(f"index order {index_order}, the library takes {spec['index_order']}")
     fn = getattr(lib, spec["entry"])
-    fn.restype = None
+    fn.restype = ctypes.c_int           # 1: out of memory (runtime/_worker.py OOM_C)
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))

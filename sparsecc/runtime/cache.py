@@ -1,7 +1,8 @@
 """The on-disk kernel cache: ``<key>.so`` and ``<key>.json`` per kernel.
 
-The key hashes the MLIR text, the options, the pass pipelines and the versions of
-sparsecc, the MLIR wheels, LLVM and llvmlite.
+The key hashes the MLIR text, the options, the target CPU and its features (this machine's,
+or ``Options.cpu``), the library ABI, the pass pipelines and the versions of sparsecc, the
+MLIR wheels, LLVM and llvmlite.
 
 **Where.**  ``$SPARSECC_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparsecc``, else
 ``~/.cache/sparsecc``; created with mode 0700 when missing (an existing folder's mode is
@@ -162,12 +163,43 @@ def versions() -> str:
     return ";".join(parts)
 
 
-def key_of(mlir: str, options_key: str) -> str:
-    """Versions, options, the pass pipelines (a changed pipeline is a different kernel) and
-    the MLIR text."""
+#: the native ABI of a cached library: 2 = ``int sparsecc_entry(void **)`` returning 1 on an
+#: allocation failure (the checked allocators of runtime/_worker.py)
+ABI = "entry-int-oom-2"
+
+
+def _host_cpu() -> tuple[str, str]:
+    """(LLVM CPU name, feature string) of this machine, as the compile worker targets it."""
+    import llvmlite.binding as llb
+    from ..passes.pipeline import host_features
+    return llb.get_host_cpu_name(), host_features(llb.get_host_cpu_features().flatten())
+
+
+_host_target: tuple[str, str] | None = None
+
+
+def target(cpu: str | None = None) -> str:
+    """What the code is built for: ``cpu`` (an LLVM CPU name; generic features), or this
+    machine's CPU and every feature it has (AVX-512 tuning included).  Code built for one
+    machine's features can die with SIGILL on another: a cache folder shared between
+    machines keeps their kernels apart."""
+    global _host_target
+    if cpu:
+        return f"cpu={cpu};features="
+    if _host_target is None:
+        _host_target = _host_cpu()
+    name, features = _host_target
+    return f"cpu={name};features={features}"
+
+
+def key_of(mlir: str, options_key: str, cpu: str | None = None) -> str:
+    """Versions, options, the target CPU and its features (``cpu``: ``Options.cpu``; None
+    for this machine's), the library ABI and the C entry glue, the pass pipelines (a changed
+    pipeline is a different kernel) and the MLIR text."""
     from ..passes import fingerprint
+    from ._worker import OOM_C
     h = hashlib.sha256()
-    for part in (versions(), options_key, fingerprint(), mlir):
+    for part in (versions(), options_key, target(cpu), ABI, OOM_C, fingerprint(), mlir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
