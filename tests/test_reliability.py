@@ -673,3 +673,43 @@ def test_out_of_memory_in_a_kernel_raises_memory_error(tmp_path):
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
     assert "outer: sparsecc: the kernel 'ik,kj->ij' ran out of memory" in r.stdout, r.stdout
     assert r.stdout.strip().endswith("OK"), r.stdout
+
+
+def _folder_at(which):
+    def damage(so, meta):
+        p = so if which == "so" else meta
+        p.unlink()
+        p.mkdir()
+        (p / "inside").write_text("x")
+    return damage
+
+
+def _unloadable_with_valid_hash(so, meta):
+    """A pair that passes every check but whose library cannot be loaded."""
+    data = b"\x7fELF this is not a loadable library" * 10
+    so.write_bytes(data)
+    info = json.loads(meta.read_text())
+    info["sha256"] = hashlib.sha256(data).hexdigest()
+    info["checksum"] = cache._checksum(info)
+    meta.write_text(json.dumps(info))
+
+
+OBSTACLES = {"folder-at-so": _folder_at("so"), "folder-at-json": _folder_at("json"),
+             "unloadable-so-with-valid-hash": _unloadable_with_valid_hash}
+
+
+@pytest.mark.parametrize("damage", list(OBSTACLES))
+def test_unusable_entry_is_rebuilt(damage, fresh):
+    want = A @ X
+    assert_matches(spmv_csr(), want)
+    (key,) = [n[:-3] for n in entries(fresh) if n.endswith(".so")]
+    so, meta = fresh / f"{key}.so", fresh / f"{key}.json"
+    OBSTACLES[damage](so, meta)
+    forget()
+    misses, disk_hits = stats()
+    assert_matches(spmv_csr(), want)
+    assert stats() == (misses + 1, disk_hits)           # rebuilt
+    assert_one_valid_entry(fresh, key)
+    forget()
+    assert_matches(spmv_csr(), want)                    # and found by the next process
+    assert stats() == (misses + 1, disk_hits + 1)

@@ -274,10 +274,21 @@ def _read(key: str, d: str) -> tuple[Entry | None, bool]:
 
 
 def _remove(path: str) -> None:
+    """Remove ``path``, whatever it is (a folder where an entry's file should be, too)."""
     try:
-        os.remove(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
     except OSError:
         pass
+
+
+def discard(entry: "Entry") -> None:
+    """Delete ``entry``'s files (a pair that passed every check but cannot be loaded)."""
+    with _locked(entry.folder):
+        for p in paths(entry.key, entry.folder):
+            _remove(p)
 
 
 @contextmanager
@@ -329,28 +340,50 @@ def build_path(key: str) -> str:
 
 def store(key: str, info: dict, built: str) -> Entry:
     """Install the library at ``built`` (from :func:`build_path`) as ``key``'s entry, with
-    ``info`` (stages, arg_types); returns the entry, holding the bytes that were hashed."""
+    ``info`` (stages, arg_types); returns the entry, holding the bytes that were hashed.
+
+    Whatever stands in the way (a folder where a file should be) is removed; if the entry
+    still cannot be written there, it goes to the process's private folder instead."""
     d = os.path.dirname(built)
-    so, meta = paths(key, d)
     try:
         with open(built, "rb") as f:
             data = f.read()
-        info = dict(info, key=key, sha256=hashlib.sha256(data).hexdigest())
-        info["checksum"] = _checksum(info)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".json.tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(info, f)
-            with _locked(d):
-                os.replace(built, so)       # the library, then the JSON that names its hash
-                os.replace(tmp, meta)
-            tmp = None
-        finally:
-            if tmp is not None:
-                _remove(tmp)
     finally:
         _remove(built)
+    info = dict(info, key=key, sha256=hashlib.sha256(data).hexdigest())
+    info["checksum"] = _checksum(info)
+    for attempt in range(2):
+        try:
+            _install(d, key, info, data)
+            return Entry(key, info, data, d)
+        except OSError:
+            with _locked(d):
+                for p in paths(key, d):
+                    _remove(p)
+    d = private_dir()
+    _install(d, key, info, data)
     return Entry(key, info, data, d)
+
+
+def _install(d: str, key: str, info: dict, data: bytes) -> None:
+    so, meta = paths(key, d)
+    tmps = []
+    try:
+        fd, tmp_so = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".so.tmp")
+        tmps.append(tmp_so)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        fd, tmp_meta = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".json.tmp")
+        tmps.append(tmp_meta)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        with _locked(d):
+            os.replace(tmp_so, so)          # the library, then the JSON that names its hash
+            os.replace(tmp_meta, meta)
+        tmps = []
+    finally:
+        for t in tmps:
+            _remove(t)
 
 
 def open_library(entry: Entry) -> ctypes.CDLL:

@@ -96,6 +96,14 @@ def _build(stmt, fmts, dts, out_format, options, split, via=None):
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via, zeroed_output=True)
     key = cache.key_of(mlir, options.key(), options.cpu)
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
+    if entry is not None:
+        try:                            # a verified pair whose library will not load: rebuild
+            if entry.info.get("openmp"):
+                threads.load_runtime()
+            cache.open_library(entry)
+        except OSError:
+            cache.discard(entry)
+            entry = None
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
         reply = compiler.compile_library(mlir, out, options=options, what=f"'{stmt}'")
