@@ -566,7 +566,7 @@ def worker_hook(monkeypatch, tmp_path):
     compiler._test_hook = None
 
 
-def test_worker_printing_to_stdout_does_not_desynchronize(worker_hook, tmp_path):
+def test_worker_printing_to_stdout_does_not_desynchronize(fresh, worker_hook, tmp_path):
     from sparsecc.runtime import compiler
     worker_hook({"stdout": '{"ok": true, "id": 1}\n' * 50})     # prints and os.write(1, ...)
     for k in range(3):
@@ -592,7 +592,7 @@ def test_worker_hang_times_out_and_restarts(worker_hook, tmp_path, monkeypatch):
         compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "c.so"))
 
 
-def test_worker_internal_error_keeps_its_traceback_and_is_not_retried(worker_hook, monkeypatch):
+def test_worker_internal_error_keeps_its_traceback_and_is_not_retried(fresh, worker_hook, monkeypatch):
     from sparsecc.runtime import compiler
     calls = []
     real = compiler.compile_library
