@@ -36,3 +36,19 @@ class CompileError(SparseccError, RuntimeError):
     def __init__(self, message: str, ir_path: str | None = None):
         super().__init__(message if ir_path is None else f"{message}\n(IR saved to {ir_path})")
         self.ir_path = ir_path
+
+
+class InternalError(SparseccError, RuntimeError):
+    """A bug in sparsecc itself (not in the user's input, not an MLIR/LLVM rejection): for
+    example a Python error inside the compile worker.  ``worker_traceback`` holds the
+    traceback from the worker; ``ir_path`` the MLIR being compiled.  Please report it."""
+
+    def __init__(self, message: str, worker_traceback: str = "", ir_path: str | None = None):
+        text = message
+        if worker_traceback:
+            text += "\n--- traceback in the compile worker ---\n" + worker_traceback.rstrip()
+        if ir_path is not None:
+            text += f"\n(IR saved to {ir_path})"
+        super().__init__(text)
+        self.worker_traceback = worker_traceback
+        self.ir_path = ir_path

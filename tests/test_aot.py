@@ -129,3 +129,97 @@ def test_build_errors(tmp_path):
         sc.aot.build("my-lib", {"k": sc.compile("ij,j->i", "csr", "dense")}, str(tmp_path))
     with pytest.raises(sc.SparseccError, match="no sparsecc"):
         sc.aot.load(str(tmp_path))
+
+
+# --------------------------------------------------------------- semirings and dtypes round-trip
+from oracle import evaluate as _oracle_evaluate            # noqa: E402
+from sparsecc.semiring import NAMED as _SEMIRINGS          # noqa: E402
+
+_DTYPES = ["bool", "int32", "int64", "float32", "float64", "complex64", "complex128"]
+_ORDERED = ["int32", "int64", "float32", "float64"]
+# lor_pair crashes MLIR 22 when compiled (JIT too): not an AOT matter
+_AOT_SEMIRINGS = [n for n in _SEMIRINGS if n != "lor_pair"]
+
+
+def _semiring_cases():
+    """(kernel name, semiring, dtype, out_format): every semiring and every dtype, in one library."""
+    cases = []
+    for k, name in enumerate(_AOT_SEMIRINGS):
+        s = _SEMIRINGS[name]
+        if s.add in ("lor", "land", "lxor") or s.mul in ("land", "lor", "lxor"):
+            d = "bool"
+        else:
+            d = _ORDERED[k % len(_ORDERED)]
+        cases.append((f"mv_{name}", name, d, None))
+    for d in _DTYPES:
+        cases.append((f"mv_plus_times_{d}", "plus_times", d, None))
+        cases.append((f"mv_plus_pair_{d}", "plus_pair", d, None))
+    cases += [("mm_plus_pair_bool", "plus_pair", "bool", "csr"), ("mm_min_plus_i32", "min_plus", "int32", "csr"),
+              ("mm_lor_land", "lor_land", "bool", "csr"), ("mm_plus_times_c64", "plus_times", "complex64", "csr")]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def semiring_lib(tmp_path_factory):
+    out = tmp_path_factory.mktemp("aot-semirings")
+    kernels, dtypes = {}, {}
+    for kname, name, d, out_fmt in _semiring_cases():
+        if out_fmt is None:
+            kernels[kname] = sc.compile("ij,j->i", "csr", "dense", semiring=name)
+        else:
+            kernels[kname] = sc.compile("ik,kj->ij", "csr", "csr", semiring=name, out_format=out_fmt)
+        dtypes[kname] = (d, d)
+    sc.aot.build("semi", kernels, str(out), dtype=dtypes)
+    return sc.aot.load(str(out))
+
+
+def _operand(shape, d, seed, sparse):
+    rng = np.random.default_rng(seed)
+    if sparse:
+        A = sp.random_array(shape, density=0.4, format="csr", rng=rng)
+        A.data = np.round(rng.standard_normal(A.nnz) * 3)
+        if d == "bool":
+            A.data = rng.random(A.nnz) < 0.7
+        A = sp.csr_array(A.astype(d))
+        return A
+    x = np.round(rng.standard_normal(shape) * 3)
+    return (rng.random(shape) < 0.6) if d == "bool" else x.astype(d)
+
+
+@pytest.mark.parametrize("kname,name,d,out_fmt", _semiring_cases())
+def test_every_semiring_and_dtype_round_trips(semiring_lib, kname, name, d, out_fmt):
+    from sparsecc.parse import parse_einsum
+    from sparsecc.semiring import apply
+    expr = "ij,j->i" if out_fmt is None else "ik,kj->ij"
+    A = _operand((7, 5), d, 1, True)
+    B = _operand((5,), d, 2, False) if out_fmt is None else _operand((5, 6), d, 3, True)
+    got = semiring_lib[kname](A, B)
+    jit = sc.einsum(expr, A, B, formats=("csr", "dense" if out_fmt is None else "csr"), semiring=name,
+                    out_format=out_fmt)
+    stmt = apply(parse_einsum(expr, 2), _SEMIRINGS[name])
+    want, stored = _oracle_evaluate(stmt, {"#0": A, "#1": B}, {"#0"} if out_fmt is None else {"#0", "#1"})
+    assert got.dtype == jit.dtype
+    want = np.asarray(want).astype(got.dtype)          # the oracle sums bools as integers
+    if out_fmt is None:
+        np.testing.assert_allclose(np.asarray(got, complex), np.asarray(want, complex))
+    else:
+        assert isinstance(got, sp.csr_array)
+        mask = np.zeros(got.shape, bool)
+        mask[tuple(sp.coo_array(got).coords)] = True
+        np.testing.assert_array_equal(mask, stored)
+        np.testing.assert_allclose(got.toarray().astype(complex), np.where(stored, want, 0).astype(complex))
+
+
+def test_manifest_and_library_must_agree(libdir, tmp_path):
+    import json
+    for f in os.listdir(libdir):
+        shutil.copy(os.path.join(libdir, f), tmp_path / f)
+    man = json.loads((tmp_path / "mykernels.json").read_text())
+    man["kernels"]["spmv"]["out_dtype"] = "int64"          # edited after the build
+    (tmp_path / "mykernels.json").write_text(json.dumps(man))
+    with pytest.raises(sc.SparseccError, match="kernel 'spmv' does not match"):
+        sc.aot.load(str(tmp_path))
+    man["kernels"]["spmv2"] = man["kernels"].pop("spmv")      # a kernel the library does not hold
+    (tmp_path / "mykernels.json").write_text(json.dumps(man))
+    with pytest.raises(sc.SparseccError, match="holds no such kernel"):
+        sc.aot.load(str(tmp_path))

@@ -182,3 +182,41 @@ def test_compile_errors_and_crashes_keep_the_process_alive(tmp_path):
     # the worker is restarted: kernels compile again
     k = sc.compile("ij,j->i", "dcsc", "dense")
     assert_matches(k(sp.csr_array(np.eye(2) * 3), np.ones(2)), np.full(2, 3.0))
+
+
+def test_failed_ir_goes_to_the_cache_folder_bounded_and_failures_are_remembered(tmp_path, monkeypatch):
+    from sparsecc.runtime import compiler
+    monkeypatch.setenv("SPARSECC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiler, "FAILED_KEEP", 3)
+    monkeypatch.setattr(compiler, "_failed", {})
+    with pytest.raises(sc.CompileError, match="crashed") as first:
+        compiler.compile_library(ABORTS_MLIR, str(tmp_path / "b.so"))
+    assert os.path.dirname(first.value.ir_path) == str(tmp_path / "cache" / "failed")
+    worker = compiler._worker                      # restarted? not yet: nothing compiled since
+    starts = []
+    real_start = compiler._start
+    monkeypatch.setattr(compiler, "_start", lambda: starts.append(1) or real_start())
+    with pytest.raises(sc.CompileError) as again:
+        compiler.compile_library(ABORTS_MLIR, str(tmp_path / "c.so"))
+    assert again.value is first.value and not starts and compiler._worker is worker   # at once
+    for k in range(5):                              # only the newest FAILED_KEEP files stay
+        with pytest.raises(sc.CompileError, match="could not compile"):
+            compiler.compile_library(f"func.func @kernel{k}( not mlir", str(tmp_path / "a.so"))
+    left = sorted(os.listdir(tmp_path / "cache" / "failed"))
+    assert len(left) == 3 and all(f.endswith(".mlir") for f in left)
+
+
+def test_disk_key_includes_the_target_cpu_and_its_features(monkeypatch):
+    from sparsecc.runtime import cache
+    mlir, opts = "module {}", sc.Options().key()
+    here = cache.key_of(mlir, opts)
+    assert cache.key_of(mlir, opts) == here                        # stable
+    assert cache.key_of(mlir, opts, "x86-64") != here              # Options(cpu=...)
+    assert cache.key_of(mlir, opts, "x86-64") != cache.key_of(mlir, opts, "skylake")
+    name, features = cache._host_cpu()
+    monkeypatch.setattr(cache, "_host_target", (name, features.replace("+avx2", "-avx2") + ",+avx512f"))
+    assert cache.key_of(mlir, opts) != here                        # same CPU name, other features
+    monkeypatch.setattr(cache, "_host_target", ("some-other-cpu", features))
+    assert cache.key_of(mlir, opts) != here
+    monkeypatch.setattr(cache, "_host_target", (name, features))
+    assert cache.key_of(mlir, opts) == here

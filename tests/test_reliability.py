@@ -541,3 +541,175 @@ def test_nan_and_inf_propagate_like_scipy():
     np.testing.assert_array_equal(sc.einsum("ij->i", A), A.sum(axis=1))
     np.testing.assert_array_equal(sc.einsum("ij->i", A.astype(np.float32)),
                                   A.astype(np.float32).sum(axis=1))
+
+
+# ------------------------------------------------------------------ the compile worker
+SIMPLE_MLIR = """
+func.func @kernel(%m: memref<4xf64>) attributes { llvm.emit_c_interface } {
+  %c0 = arith.constant 0 : index
+  %v = arith.constant 1.0 : f64
+  memref.store %v, %m[%c0] : memref<4xf64>
+  return
+}
+"""
+
+
+@pytest.fixture
+def worker_hook(monkeypatch, tmp_path):
+    """Set a test hook for the compile worker (see runtime/_worker.py), in a fresh cache."""
+    from sparsecc.runtime import compiler
+    monkeypatch.setenv("SPARSECC_CACHE_DIR", str(tmp_path / "cache"))
+
+    def set_hook(hook):
+        monkeypatch.setattr(compiler, "_test_hook", hook)
+    yield set_hook
+    compiler._test_hook = None
+
+
+def test_worker_printing_to_stdout_does_not_desynchronize(fresh, worker_hook, tmp_path):
+    from sparsecc.runtime import compiler
+    worker_hook({"stdout": '{"ok": true, "id": 1}\n' * 50})     # prints and os.write(1, ...)
+    for k in range(3):
+        reply = compiler.compile_library(SIMPLE_MLIR, str(tmp_path / f"k{k}.so"))
+        assert reply["ok"] and reply["arg_types"]
+    worker_hook(None)
+    y = sc.einsum("ij,j->i", sp.csr_array(np.eye(3) * 2), np.ones(3))     # still in step
+    assert_matches(y, np.full(3, 2.0))
+
+
+def test_worker_hang_times_out_and_restarts(worker_hook, tmp_path, monkeypatch):
+    from sparsecc.runtime import compiler
+    monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "1.5")
+    worker_hook({"sleep": 60})
+    t = time.monotonic()
+    with pytest.raises(sc.CompileError, match="did not finish .* within 1.5 s"):
+        compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "a.so"))
+    assert time.monotonic() - t < 30
+    worker_hook(None)
+    assert compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "b.so"))["ok"]
+    monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "soon")
+    with pytest.raises(sc.SparseccError, match="SPARSECC_COMPILE_TIMEOUT"):
+        compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "c.so"))
+
+
+def test_worker_internal_error_keeps_its_traceback_and_is_not_retried(fresh, worker_hook, monkeypatch):
+    from sparsecc.runtime import compiler
+    calls = []
+    real = compiler.compile_library
+    monkeypatch.setattr(compiler, "compile_library", lambda *a, **k: calls.append(1) or real(*a, **k))
+    worker_hook({"internal": "the bug"})
+    with pytest.raises(sc.InternalError) as info:
+        sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")(sp.csr_array(np.eye(3)), sp.csr_array(np.eye(3)))
+    assert not isinstance(info.value, sc.CompileError)
+    assert "KeyError: 'the bug'" in info.value.worker_traceback
+    assert "Traceback" in str(info.value) and "_test_hook" in str(info.value)
+    assert len(calls) == 1                       # no retry through the compile ladder
+
+
+FORK_SCRIPT = """
+import os, sys, numpy as np, scipy.sparse as sp, sparsecc as sc
+from sparsecc.runtime import compiler
+A = sp.csr_array(np.eye(3) * 2)
+assert np.allclose(sc.einsum("ij,j->i", A, np.ones(3)), 2)     # the parent's worker is running
+parent = compiler._worker
+pid = os.fork()
+if pid == 0:
+    try:
+        y = sc.einsum("ij,j->i", sp.csc_array(A), np.arange(3.0), formats=("csc", "dense"))
+        ok = np.allclose(y, 2 * np.arange(3.0)) and compiler._worker is not parent and compiler._worker.owner == os.getpid()
+        os._exit(0 if ok else 3)
+    except BaseException as e:
+        print(repr(e), file=sys.stderr)
+        os._exit(4)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert compiler._worker is parent and parent.proc.poll() is None
+y = sc.einsum("ik,kj->ij", A, A, out_format="csr")       # the parent's worker still answers
+assert np.allclose(y.toarray(), 4 * np.eye(3))
+print("OK")
+"""
+
+
+def test_forked_child_starts_its_own_worker(tmp_path):
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-3000:]
+
+
+OOM_SCRIPT = """
+import resource, sys, numpy as np, scipy.sparse as sp, sparsecc as sc
+outer = sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")
+transpose = sc.compile("ij->ji", "csr", out_format="coo")
+small = sp.csr_array(np.ones((3, 1)))
+assert np.allclose(outer(small, small.T.tocsr()).toarray(), np.ones((3, 3)))     # compiled before the limit
+W = sp.csr_array((np.ones(2), np.array([0, 2**31 - 5], np.int64), np.array([0, 1, 2], np.int64)), shape=(2, 2**31))
+T0 = sp.csr_array((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 3))
+assert np.allclose(transpose(T0).toarray(), T0.toarray().T)
+with open("/proc/self/status") as f:
+    vm = [int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize")][0]
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), resource.RLIM_INFINITY))
+X = sp.csr_array(np.ones((20000, 1)))
+Y = sp.csr_array(np.ones((1, 20000)))
+try:
+    outer(X, Y)                 # 4e8 stored entries: about 5 GB
+    print("no MemoryError (outer)")
+except MemoryError as err:
+    print("outer:", err)
+try:
+    transpose(W)                # a (2, 2**31) matrix with 2 entries
+    print("transpose fit")
+except MemoryError as err:
+    print("transpose:", err)
+R = outer(small, small.T.tocsr())      # the process is alive and kernels still run
+assert np.allclose(R.toarray(), np.ones((3, 3)))
+assert np.allclose(sc.einsum("ij,j->i", X[:5], np.ones(1)), np.ones(5))
+print("OK")
+"""
+
+
+def test_out_of_memory_in_a_kernel_raises_memory_error(tmp_path):
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert "outer: sparsecc: the kernel 'ik,kj->ij' ran out of memory" in r.stdout, r.stdout
+    assert r.stdout.strip().endswith("OK"), r.stdout
+
+
+def _folder_at(which):
+    def damage(so, meta):
+        p = so if which == "so" else meta
+        p.unlink()
+        p.mkdir()
+        (p / "inside").write_text("x")
+    return damage
+
+
+def _unloadable_with_valid_hash(so, meta):
+    """A pair that passes every check but whose library cannot be loaded."""
+    data = b"\x7fELF this is not a loadable library" * 10
+    so.write_bytes(data)
+    info = json.loads(meta.read_text())
+    info["sha256"] = hashlib.sha256(data).hexdigest()
+    info["checksum"] = cache._checksum(info)
+    meta.write_text(json.dumps(info))
+
+
+OBSTACLES = {"folder-at-so": _folder_at("so"), "folder-at-json": _folder_at("json"),
+             "unloadable-so-with-valid-hash": _unloadable_with_valid_hash}
+
+
+@pytest.mark.parametrize("damage", list(OBSTACLES))
+def test_unusable_entry_is_rebuilt(damage, fresh):
+    want = A @ X
+    assert_matches(spmv_csr(), want)
+    (key,) = [n[:-3] for n in entries(fresh) if n.endswith(".so")]
+    so, meta = fresh / f"{key}.so", fresh / f"{key}.json"
+    OBSTACLES[damage](so, meta)
+    forget()
+    misses, disk_hits = stats()
+    assert_matches(spmv_csr(), want)
+    assert stats() == (misses + 1, disk_hits)           # rebuilt
+    assert_one_valid_entry(fresh, key)
+    forget()
+    assert_matches(spmv_csr(), want)                    # and found by the next process
+    assert stats() == (misses + 1, disk_hits + 1)

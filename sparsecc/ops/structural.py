@@ -71,7 +71,7 @@ def _load(mlir: str):
         else:
             STATS.disk_hits += 1
         fn = cache.open_library(entry).sparsecc_entry
-        fn.restype = None
+        fn.restype = ctypes.c_int       # 1: out of memory (runtime/_worker.py)
         fn.argtypes = [ctypes.c_void_p]
         _loaded[mlir] = fn
         return fn
@@ -107,7 +107,8 @@ def _gather(xs: list, sources: list[dict], ints: list[int], out_shape: tuple[int
         keep += [describe_array(b) for b in s.buffers]
         keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
     argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-    fn(argv)
+    if fn(argv):
+        raise MemoryError("sparsecc: a structural kernel ran out of memory (an allocation inside it failed)")
     del keep, stores
     return wrap(of, tuple(out_shape), np.dtype(dtype), res)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -25,11 +26,100 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import CompileError, FormatError, SparseccError
 from ..formats import Format, resolve
+from ._worker import OOM_C
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2       # 2: the statement as data, digests in the library
 _C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32": "int32_t",
             "bool": "int8_t", "complex128": "double _Complex", "complex64": "float _Complex"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ------------------------------------------------------------------ the statement as data
+# The manifest records the kernel's statement exactly as it was compiled (after a semiring
+# rewrite, with every identity and constant), not only the source text: ``load`` rebuilds the
+# very Statement, so result dtypes and formats follow from what the native code computes.
+def _value_to_json(v):
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return {"int": str(v)}
+    if isinstance(v, float):
+        return {"float": v.hex()}
+    if isinstance(v, complex):
+        return {"complex": [v.real.hex(), v.imag.hex()]}
+    raise SparseccError(f"internal error: cannot record the constant {v!r} in a manifest")
+
+
+def _value_from_json(v):
+    if v is None or isinstance(v, bool):
+        return v
+    if "int" in v:
+        return int(v["int"])
+    if "float" in v:
+        return float.fromhex(v["float"])
+    return complex(float.fromhex(v["complex"][0]), float.fromhex(v["complex"][1]))
+
+
+def _expr_to_json(e):
+    from .. import expr as ex
+    t = type(e).__name__
+    if isinstance(e, ex.Access):
+        return {"t": t, "tensor": e.tensor, "indices": list(e.indices)}
+    if isinstance(e, ex.Const):
+        return {"t": t, "value": _value_to_json(e.value)}
+    if isinstance(e, ex.Unary):
+        return {"t": t, "fn": e.fn, "arg": _expr_to_json(e.arg)}
+    if isinstance(e, ex.Binary):
+        return {"t": t, "op": e.op, "left": _expr_to_json(e.left), "right": _expr_to_json(e.right)}
+    if isinstance(e, ex.Reduce):
+        return {"t": t, "op": e.op, "indices": list(e.indices), "body": _expr_to_json(e.body),
+                "identity": _value_to_json(e.identity)}
+    if isinstance(e, ex.Where):
+        return {"t": t, "cond": _expr_to_json(e.cond), "left": _expr_to_json(e.left),
+                "right": _expr_to_json(e.right)}
+    if isinstance(e, ex.Index):
+        return {"t": t, "name": e.name}
+    if isinstance(e, (ex.Stored, ex.Dense)):
+        return {"t": t, "body": _expr_to_json(e.body)}
+    raise SparseccError(f"internal error: cannot record {t} in a manifest")
+
+
+def _expr_from_json(j):
+    from .. import expr as ex
+    t = j["t"]
+    if t == "Access":
+        return ex.Access(j["tensor"], tuple(j["indices"]))
+    if t == "Const":
+        return ex.Const(_value_from_json(j["value"]))
+    if t == "Unary":
+        return ex.Unary(j["fn"], _expr_from_json(j["arg"]))
+    if t == "Binary":
+        return ex.Binary(j["op"], _expr_from_json(j["left"]), _expr_from_json(j["right"]))
+    if t == "Reduce":
+        return ex.Reduce(j["op"], tuple(j["indices"]), _expr_from_json(j["body"]), _value_from_json(j["identity"]))
+    if t == "Where":
+        return ex.Where(_expr_from_json(j["cond"]), _expr_from_json(j["left"]), _expr_from_json(j["right"]))
+    if t == "Index":
+        return ex.Index(j["name"])
+    if t in ("Stored", "Dense"):
+        return getattr(ex, t)(_expr_from_json(j["body"]))
+    raise ValueError(f"unknown expression node {t!r}")
+
+
+def statement_to_json(stmt) -> dict:
+    return {"output": stmt.output, "indices": list(stmt.indices), "operands": list(stmt.operands),
+            "expr": _expr_to_json(stmt.expr)}
+
+
+def statement_from_json(j):
+    from ..expr import Statement
+    return Statement(j["output"], tuple(j["indices"]), _expr_from_json(j["expr"]), tuple(j["operands"]))
+
+
+def spec_digest(spec: dict) -> str:
+    """SHA-256 of one kernel's manifest entry (canonical JSON); the library embeds it."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _index_c(width: int) -> str:
@@ -102,21 +192,23 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                    "allocated by the caller, overwritten")
         body.append(_descriptor("d_out", "out", out_dims))
         body.append("    argv[k++] = &d_out;")
-        body.append(f"    {fn}_entry(argv);")
+        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
     else:
         params.append(f"{lib}_sparse_result *out")
         names = [c for c, _, _ in _field_names(out_fmt, "out")]
         doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
         doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
         doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
-        body.append(f"    {fn}_entry(argv);")
+        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
         body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
         for d, e in enumerate(out_dims):
             body.append(f"    out->dims[{d}] = {e};")
         body.append(f"    for (int b = 0; b < {len(names)}; b++) {{ out->buffers[b] = res.b[b].aligned; "
                     "out->allocations[b] = res.b[b].allocated; out->lengths[b] = res.spec.mem[b]; }")
         body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
-    doc.append(" * Returns 0.  Inputs are not validated: pass well-formed buffers (sc.aot.load validates).")
+    doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
+    doc.append(" * leak, nothing is written to out).  Inputs are not validated: pass well-formed buffers")
+    doc.append(" * (sc.aot.load validates).")
     doc.append(" */")
     body += ["    (void)k;", "    return 0;", "}"]
     ptext = ", ".join(params)
@@ -181,18 +273,22 @@ void {lib}_free_result({lib}_sparse_result *r);
 """
 
 
-def _c_source(lib: str, names: list[str], defs: list[str]) -> str:
+def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[str]) -> str:
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
         for r in range(1, 9))
-    entries = "".join(f"void {lib}_{n}_entry(void **args);\n" for n in names)
+    entries = "".join(f"SPARSECC_ENTRY({lib}_{n}_entry)\n" for n in names)
+    digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>
 #include <stdlib.h>
 #include "{lib}.h"
+{OOM_C}
 
 typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
 {ranks}
 {entries}
+/* the SHA-256 of each kernel's entry in {lib}.json: sc.aot.load checks that they agree */
+{digests}
 void {lib}_free_result({lib}_sparse_result *r) {{
     for (int b = 0; b < r->nbuffers; b++) {{
         int seen = 0;
@@ -259,7 +355,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 ops.append({"name": op if not op.startswith("#") else f"arg{op[1:]}",
                             "key": op, "format": "dense" if f.is_dense else f.encoding(),
                             "format_name": f.name, "dtype": d, "indices": list(accesses_of[op])})
-            spec = {"source": k.source, "statement": str(stmt), "operands": ops,
+            spec = {"source": k.source, "statement": str(stmt), "stmt": statement_to_json(stmt), "operands": ops,
                     "index_order": list(comp.index_order), "out_indices": list(stmt.indices),
                     "out_dtype": comp.out_dtype, "out_format": out_fmt.encoding() if out_fmt else None,
                     "prune": k.prune, "entry": f"{name}_{kname}_entry"}
@@ -272,9 +368,10 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             f.write(header)
         src = os.path.join(tmp, f"{name}_abi.c")
         with open(src, "w") as f:
-            f.write(_c_source(name, list(kernels), defs))
+            f.write(_c_source(name, list(kernels), defs,
+                              [spec_digest(manifest["kernels"][k]) for k in kernels]))
         so_tmp = os.path.join(tmp, f"lib{name}.so")
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c99", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise CompileError(f"linking lib{name}.so failed:\n{r.stderr.strip()}", src)
@@ -312,8 +409,6 @@ class Library:
 def load(folder: str, name: str | None = None) -> Library:
     """Load a library built by :func:`build` from ``folder``.  Imports neither MLIR nor
     llvmlite: only the manifest, the expressions (parsed again) and ctypes."""
-    from ..parse import looks_like_notation, parse_einsum, parse_notation
-    from .kernel import Kernel, loaded_specialization
     if name is None:
         found = [f[:-5] for f in sorted(os.listdir(folder)) if f.endswith(".json")
                  and os.path.exists(os.path.join(folder, f"lib{f[:-5]}.so"))]
@@ -331,23 +426,54 @@ def load(folder: str, name: str | None = None) -> Library:
         raise SparseccError(f"library {name!r} was built by another sparsecc (manifest version "
                             f"{manifest.get('version')})")
     path = os.path.abspath(os.path.join(folder, f"lib{name}.so"))
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as err:
+        raise SparseccError(f"cannot load library {name!r} from {path}: {err}") from None
     kernels = {}
-    for kname, spec in manifest["kernels"].items():
-        src = spec["source"]
-        if looks_like_notation(src):
-            stmt = parse_notation(src)
-        else:
-            stmt = parse_einsum(src, len(spec["operands"]))
+    for kname, spec in manifest.get("kernels", {}).items():
+        k = _load_kernel(name, kname, spec, lib, path, manifest_of=f"{name}.json in {folder}")
+        kernels[kname] = k
+    return Library(path, manifest, kernels)
+
+
+def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of: str):
+    """The kernel ``kname`` of a loaded library: its exact statement, formats and dtypes from
+    the manifest, checked against the library (the digest it embeds) and against each other
+    (the result dtype, the index order) before anything is called."""
+    from .kernel import Kernel, _result_dtype, loaded_specialization
+    from ..expr import accesses
+
+    def bad(why):
+        return SparseccError(f"library {name!r}: kernel {kname!r} does not match {manifest_of}: {why}; "
+                             f"rebuild the library with sc.aot.build")
+    try:
+        embedded = (ctypes.c_char * 65).in_dll(lib, f"{name}_{kname}_spec_sha256").value.decode("ascii", "replace")
+    except (ValueError, AttributeError):
+        raise bad("the library holds no such kernel") from None
+    if embedded != spec_digest(spec):
+        raise bad("the manifest entry was changed after the library was built")
+    try:
+        stmt = statement_from_json(spec["stmt"])
+        dtypes = tuple(dt.lookup(np.dtype(o["dtype"]), f"operand {o['name']}").name for o in spec["operands"])
         fmts = tuple(Format.dense(len(o["indices"])) if o["format"] == "dense" else Format.parse(o["format"])
                      for o in spec["operands"])
         out_fmt = Format.parse(spec["out_format"]) if spec["out_format"] else None
-        fn = getattr(lib, spec["entry"])
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p]
-        k = Kernel(stmt, {o["key"]: f for o, f in zip(spec["operands"], fmts)}, source=src,
-                   out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
-        k._library = loaded_specialization(stmt, fmts, tuple(o["dtype"] for o in spec["operands"]),
-                                           out_fmt, lib, fn, path)
-        kernels[kname] = k
-    return Library(path, manifest, kernels)
+        keys = tuple(o["key"] for o in spec["operands"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise bad(f"malformed entry ({type(err).__name__}: {err})") from None
+    if keys != stmt.operands:
+        raise bad(f"operands {keys} but the statement reads {stmt.operands}")
+    out = _result_dtype(stmt, dtypes)
+    if out.name != spec["out_dtype"]:
+        raise bad(f"'{stmt}' of {', '.join(dtypes)} gives {out.name}, the library writes {spec['out_dtype']}")
+    index_order = list(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+    if index_order != spec["index_order"]:
+        raise bad(f"index order {index_order}, the library takes {spec['index_order']}")
+    fn = getattr(lib, spec["entry"])
+    fn.restype = ctypes.c_int           # 1: out of memory (runtime/_worker.py OOM_C)
+    fn.argtypes = [ctypes.c_void_p]
+    k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
+               out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
+    k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path)
+    return k

@@ -1,7 +1,8 @@
 """The on-disk kernel cache: ``<key>.so`` and ``<key>.json`` per kernel.
 
-The key hashes the MLIR text, the options, the pass pipelines and the versions of
-sparsecc, the MLIR wheels, LLVM and llvmlite.
+The key hashes the MLIR text, the options, the target CPU and its features (this machine's,
+or ``Options.cpu``), the library ABI, the pass pipelines and the versions of sparsecc, the
+MLIR wheels, LLVM and llvmlite.
 
 **Where.**  ``$SPARSECC_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparsecc``, else
 ``~/.cache/sparsecc``; created with mode 0700 when missing (an existing folder's mode is
@@ -162,12 +163,43 @@ def versions() -> str:
     return ";".join(parts)
 
 
-def key_of(mlir: str, options_key: str) -> str:
-    """Versions, options, the pass pipelines (a changed pipeline is a different kernel) and
-    the MLIR text."""
+#: the native ABI of a cached library: 2 = ``int sparsecc_entry(void **)`` returning 1 on an
+#: allocation failure (the checked allocators of runtime/_worker.py)
+ABI = "entry-int-oom-2"
+
+
+def _host_cpu() -> tuple[str, str]:
+    """(LLVM CPU name, feature string) of this machine, as the compile worker targets it."""
+    import llvmlite.binding as llb
+    from ..passes.pipeline import host_features
+    return llb.get_host_cpu_name(), host_features(llb.get_host_cpu_features().flatten())
+
+
+_host_target: tuple[str, str] | None = None
+
+
+def target(cpu: str | None = None) -> str:
+    """What the code is built for: ``cpu`` (an LLVM CPU name; generic features), or this
+    machine's CPU and every feature it has (AVX-512 tuning included).  Code built for one
+    machine's features can die with SIGILL on another: a cache folder shared between
+    machines keeps their kernels apart."""
+    global _host_target
+    if cpu:
+        return f"cpu={cpu};features="
+    if _host_target is None:
+        _host_target = _host_cpu()
+    name, features = _host_target
+    return f"cpu={name};features={features}"
+
+
+def key_of(mlir: str, options_key: str, cpu: str | None = None) -> str:
+    """Versions, options, the target CPU and its features (``cpu``: ``Options.cpu``; None
+    for this machine's), the library ABI and the C entry glue, the pass pipelines (a changed
+    pipeline is a different kernel) and the MLIR text."""
     from ..passes import fingerprint
+    from ._worker import OOM_C
     h = hashlib.sha256()
-    for part in (versions(), options_key, fingerprint(), mlir):
+    for part in (versions(), options_key, target(cpu), ABI, OOM_C, fingerprint(), mlir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -242,10 +274,21 @@ def _read(key: str, d: str) -> tuple[Entry | None, bool]:
 
 
 def _remove(path: str) -> None:
+    """Remove ``path``, whatever it is (a folder where an entry's file should be, too)."""
     try:
-        os.remove(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
     except OSError:
         pass
+
+
+def discard(entry: "Entry") -> None:
+    """Delete ``entry``'s files (a pair that passed every check but cannot be loaded)."""
+    with _locked(entry.folder):
+        for p in paths(entry.key, entry.folder):
+            _remove(p)
 
 
 @contextmanager
@@ -297,28 +340,50 @@ def build_path(key: str) -> str:
 
 def store(key: str, info: dict, built: str) -> Entry:
     """Install the library at ``built`` (from :func:`build_path`) as ``key``'s entry, with
-    ``info`` (stages, arg_types); returns the entry, holding the bytes that were hashed."""
+    ``info`` (stages, arg_types); returns the entry, holding the bytes that were hashed.
+
+    Whatever stands in the way (a folder where a file should be) is removed; if the entry
+    still cannot be written there, it goes to the process's private folder instead."""
     d = os.path.dirname(built)
-    so, meta = paths(key, d)
     try:
         with open(built, "rb") as f:
             data = f.read()
-        info = dict(info, key=key, sha256=hashlib.sha256(data).hexdigest())
-        info["checksum"] = _checksum(info)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".json.tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(info, f)
-            with _locked(d):
-                os.replace(built, so)       # the library, then the JSON that names its hash
-                os.replace(tmp, meta)
-            tmp = None
-        finally:
-            if tmp is not None:
-                _remove(tmp)
     finally:
         _remove(built)
+    info = dict(info, key=key, sha256=hashlib.sha256(data).hexdigest())
+    info["checksum"] = _checksum(info)
+    for attempt in range(2):
+        try:
+            _install(d, key, info, data)
+            return Entry(key, info, data, d)
+        except OSError:
+            with _locked(d):
+                for p in paths(key, d):
+                    _remove(p)
+    d = private_dir()
+    _install(d, key, info, data)
     return Entry(key, info, data, d)
+
+
+def _install(d: str, key: str, info: dict, data: bytes) -> None:
+    so, meta = paths(key, d)
+    tmps = []
+    try:
+        fd, tmp_so = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".so.tmp")
+        tmps.append(tmp_so)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        fd, tmp_meta = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".json.tmp")
+        tmps.append(tmp_meta)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        with _locked(d):
+            os.replace(tmp_so, so)          # the library, then the JSON that names its hash
+            os.replace(tmp_meta, meta)
+        tmps = []
+    finally:
+        for t in tmps:
+            _remove(t)
 
 
 def open_library(entry: Entry) -> ctypes.CDLL:

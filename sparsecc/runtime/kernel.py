@@ -94,8 +94,16 @@ def _build(stmt, fmts, dts, out_format, options, split, via=None):
     operands' formats already carry in their widths)."""
     # the call path allocates dense results with np.zeros (see Kernel.__call__)
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via, zeroed_output=True)
-    key = cache.key_of(mlir, options.key())
+    key = cache.key_of(mlir, options.key(), options.cpu)
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
+    if entry is not None:
+        try:                            # a verified pair whose library will not load: rebuild
+            if entry.info.get("openmp"):
+                threads.load_runtime()
+            cache.open_library(entry)
+        except OSError:
+            cache.discard(entry)
+            entry = None
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
         reply = compiler.compile_library(mlir, out, options=options, what=f"'{stmt}'")
@@ -139,7 +147,7 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         lib = cache.open_library(entry)   # exactly the bytes that were hashed
         threads.register(lib)             # its thread count follows sc.set_num_threads
         fn = lib.sparsecc_entry
-        fn.restype = None
+        fn.restype = ctypes.c_int         # 1: an allocation failed (runtime/_worker.py OOM_C)
         fn.argtypes = [ctypes.c_void_p]
         got = Compiled(key, sig, formats, out_format, mlir, lib, fn, entry.meta)
         _loaded[mem_key] = got
@@ -170,10 +178,10 @@ def _first_that_compiles(attempts, build):
         try:
             return build(split, via)
         except CompileError as err:
-            if k == len(attempts) - 1:
+            # a timeout is not retried in other forms (each could take as long); an
+            # InternalError (a bug, not a rejection) is no CompileError and is never retried
+            if k == len(attempts) - 1 or getattr(err, "timed_out", False):
                 raise
-            if err.ir_path and os.path.exists(err.ir_path):
-                os.remove(err.ir_path)    # a failure reports the IR of the final attempt
 
 
 def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
@@ -529,10 +537,12 @@ class Kernel:
             # zeroed: JIT kernels skip their own (serial) zero fill, see emit_kernel
             out = np.zeros(out_shape, dtype=plan.out_dtype)
             _, base = plan.packer.pack(scalars, operands, out)
-            comp.entry(base)
+            if comp.entry(base):
+                _out_of_memory(self.source)
             return out[()] if out.ndim == 0 else out
         block, base = plan.packer.pack(scalars, operands, None)
-        comp.entry(base)
+        if comp.entry(base):
+            _out_of_memory(self.source)
         del operands
         return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
                     result_view(out_fmt, block, plan.packer.result_at), self.prune)
@@ -567,6 +577,11 @@ class Kernel:
 
 
 # ---------------------------------------------------------------- the call path
+def _out_of_memory(source: str):
+    raise MemoryError(f"sparsecc: the kernel '{source}' ran out of memory (an allocation inside "
+                      f"it failed); the temporaries it had allocated so far are leaked")
+
+
 _SPARSE_TYPES = {sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix, sp.coo_array, sp.coo_matrix}
 _BSR_TYPES = {sp.bsr_array, sp.bsr_matrix}
 _DIRECT = frozenset({np.ndarray} | _SPARSE_TYPES | _BSR_TYPES)    # no as_operand needed
