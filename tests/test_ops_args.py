@@ -101,3 +101,9 @@ def test_scatter_reduce_axis_and_empty_index():
 def test_bad_arguments_raise_sparsecc_errors(call):
     with pytest.raises(sc.SparseccError):
         call()
+
+
+def test_reshape_beyond_int64_is_a_shape_error():
+    X = sp.coo_array((np.ones(1), ([0], [0])), shape=(2**32, 2**32))
+    with pytest.raises(sc.ShapeError, match="2\\*\\*63"):
+        ops.reshape(X, (2**64,))

@@ -201,3 +201,34 @@ def test_reduction_sweep_all_empty(name, implicit_zeros):
 @pytest.mark.parametrize("name,axis,fmt,dtype,implicit_zeros", FULL)
 def test_reduction_sweep_full(name, axis, fmt, dtype, implicit_zeros):
     _check(name, axis, fmt, dtype, implicit_zeros, seed=7)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_issue_examples(fmt):
+    """The reported cases, each against NumPy (or the stored-entry loop)."""
+    def S(rows, dtype=None):
+        return sp.csr_array(np.array(rows, dtype=dtype)).asformat(fmt)
+    B = S([[True, True, False, False]])
+    assert ops.mean(B, axis=1).tolist() == [0.5] and ops.mean(B).dtype == np.float64
+    assert ops.sum(B, axis=1).dtype == np.int64 and ops.sum(B, axis=1).tolist() == [2]
+    for rows, dtype in (([[2**31 - 1, 1]], np.int32), ([[2**62, 2**62]], np.int64)):
+        D = np.array(rows, dtype)
+        for iz in (True, False):
+            np.testing.assert_allclose(ops.mean(S(D), axis=1, implicit_zeros=iz), np.mean(D, axis=1), rtol=1e-15)
+        np.testing.assert_allclose(ops.mean(S(D)), np.mean(D), rtol=1e-15)
+    for row in ([np.nan, 0, 1.0], [np.inf, 0, 1.0], [-np.inf, 0, 2.0]):
+        D = np.array([row, [1.0, 2.0, 3.0]])
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(ops.prod(S(D), axis=1), np.prod(D, axis=1))
+            np.testing.assert_array_equal(ops.prod(S(D)), np.prod(D))
+    Bb = S([[True, False], [False, False]])
+    for name in ("amax", "amin"):
+        got = getattr(ops, name)(Bb, axis=1)
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, getattr(np, name)(Bb.toarray(), axis=1))
+    X = S([[0, 3, 0], [-1, 0, 2.0]])
+    assert ops.argmax(X, axis=0, implicit_zeros=False).tolist() == [1, 0, 1]
+    assert ops.argmin(X, axis=0, implicit_zeros=False).tolist() == [1, 0, 1]
+    assert ops.argmax(X, axis=None, implicit_zeros=False) == 1
+    assert ops.argmin(X, axis=None, implicit_zeros=False) == 3
+    assert ops.argmin(X, axis=None) == 3 and ops.argmax(X) == 1
