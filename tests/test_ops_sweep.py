@@ -232,3 +232,16 @@ def test_issue_examples(fmt):
     assert ops.argmax(X, axis=None, implicit_zeros=False) == 1
     assert ops.argmin(X, axis=None, implicit_zeros=False) == 3
     assert ops.argmin(X, axis=None) == 3 and ops.argmax(X) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int32, np.float32])
+def test_empty_axis_tuple_keeps_numpy_dtypes(dtype):
+    """axis=() reduces nothing, but the result dtype is still NumPy's (prod of bools: int64)."""
+    D = np.array([[1, 0], [0, 1]], dtype)
+    A = sp.csr_array(D)
+    for name in ("sum", "prod", "amax", "amin", "mean"):
+        want = getattr(np, name)(D, axis=())
+        got = getattr(ops, name)(A, axis=())
+        got = got.toarray() if sp.issparse(got) else np.asarray(got)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want)

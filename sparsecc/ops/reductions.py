@@ -165,18 +165,18 @@ def amin(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=
 def _monoid(op: str, input, axis, implicit_zeros: bool, out_format):
     x = _operand(input)
     plan = _Plan(x.ndim, _axes(axis, x.ndim), x.shape)
-    if not plan.red:
-        return _run(f"{plan.out()} = {plan.x()}", out_format, X=x)
-    if x.dtype.kind == "c":
+    if x.dtype.kind == "c" and plan.red:
         raise SparseccError(f"{'prod' if op == 'times' else 'a' + op} of complex values: "
                             f"{'only sum and mean are' if op != 'times' else 'not'} supported")
     ops = {"X": x}
     body = plan.x()
     if op == "times":
-        want = _np_sum_dtype(x.dtype)
+        want = _np_sum_dtype(x.dtype)       # NumPy's, also for axis=(): bools/int32 -> int64
         if want != x.dtype:
             body = f"{body} * one"
             ops["one"] = np.ones((), want)
+    if not plan.red:
+        return _run(f"{plan.out()} = {body}", out_format, **ops)
     red = f"{op}[{plan.red_of()}]({body})"
     if plan.count == 0 and implicit_zeros and op != "times":
         raise ShapeError(f"zero-size reduction: a{op} of an empty axis has no value (NumPy raises too); "
