@@ -107,3 +107,15 @@ def test_reshape_beyond_int64_is_a_shape_error():
     X = sp.coo_array((np.ones(1), ([0], [0])), shape=(2**32, 2**32))
     with pytest.raises(sc.ShapeError, match="2\\*\\*63"):
         ops.reshape(X, (2**64,))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ops.softmax(A, (0, 1)),
+    lambda: ops.log_softmax(A, dim=[1]),
+    lambda: ops.scatter_reduce(D, (0,), np.zeros((1, 3), np.int64), np.ones((1, 3)), "sum"),
+    lambda: ops.nnz("abc"),
+    lambda: ops.density(np.array(["a", "b"])),
+])
+def test_more_bad_arguments(call):
+    with pytest.raises(sc.SparseccError):
+        call()

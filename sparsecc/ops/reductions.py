@@ -58,6 +58,13 @@ def _axes(axis, rank: int, what: str = "axis") -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _one_axis(dim, rank: int, what: str = "dim") -> int:
+    """One dimension (an int, negative allowed): a tuple is a ShapeError, not an unpacking error."""
+    if isinstance(dim, (tuple, list)):
+        raise ShapeError(f"{what} must be one int, got {dim!r}")
+    return _axes(dim, rank, what)[0]
+
+
 def _operand(x, what: str = "input"):
     return as_operand(x, what)
 
@@ -273,7 +280,7 @@ def _softmax(input, dim, out_format, log: bool):
     x = _operand(input)
     if x.dtype.kind not in "fc":
         x = x.astype(np.float64)          # softmax of integers or bools: in floats, like torch
-    (axis,) = _axes(dim, x.ndim, "dim")
+    axis = _one_axis(dim, x.ndim, "dim")
     plan = _Plan(x.ndim, (axis,), x.shape)
     r = plan.red[0]
 
@@ -322,7 +329,7 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
         raise OperandError(f"index must hold integers, got {idx.dtype}")
     if src.dtype != x.dtype:
         raise OperandError(f"src ({src.dtype}) and input ({x.dtype}) must have the same dtype, as in torch")
-    (d,) = _axes(dim, x.ndim, "dim")
+    d = _one_axis(dim, x.ndim, "dim")
     for k in range(x.ndim):
         if idx.shape[k] > src.shape[k] or (k != d and idx.shape[k] > x.shape[k]):
             raise ShapeError(f"index shape {idx.shape} does not fit src {src.shape} / input {x.shape} "

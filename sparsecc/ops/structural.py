@@ -520,6 +520,8 @@ def nnz(input) -> int:
     ``torch``'s ``_nnz()``; a NumPy array stores every entry."""
     x = as_operand(input, "input")
     if not sp.issparse(x):
+        if x.dtype.kind not in "biufc":
+            raise OperandError(f"input is not a numeric array (dtype {x.dtype})")
         return int(x.size)
     validate(x, "input")
     if x.format == "coo" and not x.has_canonical_format:
