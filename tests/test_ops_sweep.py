@@ -245,3 +245,18 @@ def test_empty_axis_tuple_keeps_numpy_dtypes(dtype):
         got = got.toarray() if sp.issparse(got) else np.asarray(got)
         assert got.dtype == want.dtype, name
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 2])
+def test_argmax_stored_only_three_dimensional_coo(axis):
+    """3-d COO, stored entries only: NumPy on the array with unstored entries set to -inf/+inf
+    (-1 where a lane stores nothing); axis=None goes through the one-row reshape."""
+    rng = np.random.default_rng(1)
+    D = rng.integers(-3, 4, (3, 4, 5)).astype(float)
+    D[D < 1] = 0
+    T = sp.coo_array(D)
+    none = ~(D != 0).any(axis=axis)
+    want_max = np.where(none, -1, np.argmax(np.where(D != 0, D, -np.inf), axis=axis))
+    want_min = np.where(none, -1, np.argmin(np.where(D != 0, D, np.inf), axis=axis))
+    np.testing.assert_array_equal(ops.argmax(T, axis=axis, implicit_zeros=False), want_max)
+    np.testing.assert_array_equal(ops.argmin(T, axis=axis, implicit_zeros=False), want_min)
