@@ -10,6 +10,7 @@ pattern.  Reference: docs/ops.md.
 from __future__ import annotations
 
 import numbers
+import operator
 import string
 
 import numpy as np
@@ -51,6 +52,14 @@ def _literal(v, what: str) -> str:
     if isinstance(v, complex):
         return f"({v.real!r} + {v.imag!r}j)"
     return f"({v!r})"
+
+
+def _dims(values, what: str) -> list[int]:
+    """Dimension arguments as ints (NumPy integers too); anything else is a ShapeError."""
+    try:
+        return [operator.index(v) for v in values]
+    except TypeError:
+        raise ShapeError(f"{what} must be integers, got {values!r}") from None
 
 
 def _default_layout(x):
@@ -146,7 +155,7 @@ def permute(input, dims, *, out_format=None):
     """``torch.permute``: dimension ``k`` of the result is dimension ``dims[k]`` of
     ``input`` (an einsum kernel; stored entries move, nothing else changes)."""
     x = as_operand(input, "input")
-    dims = [int(d) for d in dims]
+    dims = _dims(dims if isinstance(dims, (tuple, list)) else (dims,), "permute: dims")
     r = x.ndim
     if sorted(d % r if -r <= d < r else -1 for d in dims) != list(range(r)):
         raise ShapeError(f"dims {tuple(dims)} is not a permutation of {r} dimensions")
@@ -159,6 +168,7 @@ def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
     """``torch.transpose``: swap two dimensions."""
     x = as_operand(input, "input")
     r = x.ndim
+    dim0, dim1 = _dims((dim0, dim1), "transpose: dim0 and dim1")
     for d in (dim0, dim1):
         if not -r <= d < r:
             raise ShapeError(f"dimension {d} is out of range for a tensor of rank {r}")
@@ -174,21 +184,37 @@ def to_dense(input):
     return einsum(f"{letters}->{letters}", x, out_format="dense")
 
 
+def _unique_coords(m) -> tuple[np.ndarray, ...]:
+    """The set of ``m``'s stored coordinates, sorted in C order, each once (index
+    manipulation only: a lexicographic sort and a comparison of neighbours)."""
+    c = m.tocoo() if m.format != "coo" else m        # tocoo keeps duplicates, copies indices
+    coords = [np.asarray(k, np.int64) for k in c.coords]
+    if c.nnz == 0:
+        return tuple(coords)
+    order = np.lexsort(coords[::-1])
+    coords = [k[order] for k in coords]
+    new = np.zeros(c.nnz, bool)
+    new[0] = True
+    for k in coords:
+        new[1:] |= k[1:] != k[:-1]
+    return tuple(k[new] for k in coords)
+
+
 def _pattern(mask, value, dtype):
-    """An operand with ``mask``'s pattern (duplicates summed) and every stored value
-    ``value``: built from the mask's indices alone."""
+    """An operand with ``mask``'s pattern as a set - a coordinate stored several times (a
+    non-canonical COO, or a CSR/CSC with a repeated index in a row/column) is stored once -
+    and every stored value ``value``: built from the mask's indices alone, never from its
+    values (summing duplicates of 1 would give 2).  CSR/CSC masks give a CSR/CSC operand,
+    other ones a canonical COO."""
     m = as_operand(mask, "mask")
     if not sp.issparse(m):
         raise OperandError("mask must be a SciPy sparse array")
-    if m.format == "coo" and not m.has_canonical_format:
-        m = m.copy()
-        m.sum_duplicates()
-    if m.format in ("dia", "lil", "dok", "bsr"):
-        m = m.tocsr()
-    if m.format == "coo":
-        return sp.coo_array((np.full(m.nnz, value, dtype), m.coords), shape=m.shape)
-    cls = sp.csr_array if m.format == "csr" else sp.csc_array
-    return cls((np.full(m.nnz, value, dtype), m.indices, m.indptr), shape=m.shape)
+    coords = _unique_coords(m)
+    P = sp.coo_array((np.full(coords[0].size if coords else 0, value, dtype), coords), shape=m.shape)
+    P.has_canonical_format = True           # sorted, unique: no value is summed below
+    if m.ndim == 2 and m.format in ("csr", "csc"):
+        return P.tocsr() if m.format == "csr" else P.tocsc()
+    return P
 
 
 def sparse_mask(input, mask, *, out_format=None):

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from ..api import evaluate
 from ..errors import OperandError, ShapeError, SparseccError
 from ..runtime.operands import as_operand
+from ._args import dim_or_axis, required
 
 __all__ = ["sum", "prod", "amax", "amin", "mean", "argmax", "argmin", "softmax", "log_softmax",
            "scatter_reduce", "coalesce", "pow", "where"]
@@ -57,6 +58,13 @@ def _axes(axis, rank: int, what: str = "axis") -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _one_axis(dim, rank: int, what: str = "dim") -> int:
+    """One dimension (an int, negative allowed): a tuple is a ShapeError, not an unpacking error."""
+    if isinstance(dim, (tuple, list)):
+        raise ShapeError(f"{what} must be one int, got {dim!r}")
+    return _axes(dim, rank, what)[0]
+
+
 def _operand(x, what: str = "input"):
     return as_operand(x, what)
 
@@ -86,7 +94,13 @@ class _Plan:
 
 
 def _run(text: str, out_format, **operands):
-    return evaluate(text, out_format=out_format, **operands)
+    # A BSR operand is read as CSR (the runtime's layout conversion; the blocks' stored
+    # zeros stay stored): MLIR 22 gives wrong monoid reductions (max/min/times/plus over
+    # stored entries, sparse_tensor.reduce) along a row of BSR blocks - each row keeps only
+    # its last block's value, since the dense level i mod R sits between the blocks of a row.
+    formats = {k: "csr" for k, v in operands.items()
+               if sp.issparse(v) and v.format == "bsr" and v.ndim == 2}
+    return evaluate(text, out_format=out_format, formats=formats or None, **operands)
 
 
 def _np_sum_dtype(dtype: np.dtype) -> np.dtype:
@@ -96,10 +110,12 @@ def _np_sum_dtype(dtype: np.dtype) -> np.dtype:
 
 # -------------------------------------------------------------------------- reductions
 
-def sum(input, axis=None, *, implicit_zeros: bool = True, out_format=None):  # noqa: A001
+def sum(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):  # noqa: A001
     """``numpy.sum`` (``implicit_zeros=True``) or the sum of stored entries (``False``: the
     same values; the result's pattern is the rows that store something either way).
-    ``axis``: None (everything), an int or a tuple of ints.  Result dtype as NumPy's."""
+    ``axis`` (or torch's ``dim``): None (everything), an int or a tuple of ints.  Result
+    dtype as NumPy's (bools and small integers: int64)."""
+    axis = dim_or_axis(axis, dim, "sum", None)
     x = _operand(input)
     plan = _Plan(x.ndim, _axes(axis, x.ndim), x.shape)
     body = plan.x()
@@ -114,55 +130,60 @@ def sum(input, axis=None, *, implicit_zeros: bool = True, out_format=None):  # n
     return _run(f"{plan.out()} = {op}[{plan.red_of()}]({body})", out_format, **ops)
 
 
-def mean(input, axis=None, *, implicit_zeros: bool = True, out_format=None):
+def mean(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
     """``numpy.mean`` (``implicit_zeros=True``: divides by the full length) or the mean of
-    the stored entries (``False``; a row storing nothing gives NaN)."""
+    the stored entries (``False``; a row storing nothing gives NaN).  Like NumPy, bools and
+    integers are summed in float64 (each value converted first: no integer overflow, a bool
+    counts as 1)."""
+    axis = dim_or_axis(axis, dim, "mean", None)
     x = _operand(input)
     plan = _Plan(x.ndim, _axes(axis, x.ndim), x.shape)
     fdt = np.result_type(np.mean(np.zeros(1, x.dtype)))
+    one = np.ones((), fdt)
     if not plan.red:
-        return _run(f"{plan.out()} = {plan.x()} / n", out_format, X=x, n=np.ones((), fdt))
+        return _run(f"{plan.out()} = {plan.x()} * one", out_format, X=x, one=one)
     if implicit_zeros:
-        return _run(f"{plan.out()} = sum[{plan.red_of()}]({plan.x()}) / n", out_format,
-                    X=x, n=np.asarray(plan.count, fdt))
+        return _run(f"{plan.out()} = sum[{plan.red_of()}]({plan.x()} * one) / n", out_format,
+                    X=x, one=one, n=np.asarray(plan.count, fdt))
+    # the count of stored entries in the mean's dtype: second(X, one) is one per stored entry
     text = (f"{plan.out()} = stored(plus[{plan.red_of()}]({plan.x()} * one) / "
-            f"plus[{plan.red_of('c')}](pair({plan.x(suffix='c')}, 1)))")
-    return _run(text, out_format, X=x, one=np.ones((), fdt))
+            f"plus[{plan.red_of('c')}](second({plan.x(suffix='c')}, one)))")
+    return _run(text, out_format, X=x, one=one)
 
 
-def prod(input, axis=None, *, implicit_zeros: bool = True, out_format=None):
+def prod(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
     """``numpy.prod`` (``implicit_zeros=True``: 0 where a reduced row has an unstored entry)
     or the product of stored entries (``False``; a row storing nothing gives 1)."""
-    return _monoid("times", input, axis, implicit_zeros, out_format)
+    return _monoid("times", input, dim_or_axis(axis, dim, "prod", None), implicit_zeros, out_format)
 
 
-def amax(input, axis=None, *, implicit_zeros: bool = True, out_format=None):
+def amax(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
     """``numpy.amax`` (``implicit_zeros=True``: at least 0 where a reduced row has an
     unstored entry) or the maximum of stored entries (``False``; a row storing nothing
     gives -inf, or the dtype's minimum for integers)."""
-    return _monoid("max", input, axis, implicit_zeros, out_format)
+    return _monoid("max", input, dim_or_axis(axis, dim, "amax", None), implicit_zeros, out_format)
 
 
-def amin(input, axis=None, *, implicit_zeros: bool = True, out_format=None):
+def amin(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
     """``numpy.amin`` or the minimum of stored entries (see :func:`amax`)."""
-    return _monoid("min", input, axis, implicit_zeros, out_format)
+    return _monoid("min", input, dim_or_axis(axis, dim, "amin", None), implicit_zeros, out_format)
 
 
 def _monoid(op: str, input, axis, implicit_zeros: bool, out_format):
     x = _operand(input)
     plan = _Plan(x.ndim, _axes(axis, x.ndim), x.shape)
-    if not plan.red:
-        return _run(f"{plan.out()} = {plan.x()}", out_format, X=x)
-    if x.dtype.kind == "c":
+    if x.dtype.kind == "c" and plan.red:
         raise SparseccError(f"{'prod' if op == 'times' else 'a' + op} of complex values: "
                             f"{'only sum and mean are' if op != 'times' else 'not'} supported")
     ops = {"X": x}
     body = plan.x()
     if op == "times":
-        want = _np_sum_dtype(x.dtype)
+        want = _np_sum_dtype(x.dtype)       # NumPy's, also for axis=(): bools/int32 -> int64
         if want != x.dtype:
             body = f"{body} * one"
             ops["one"] = np.ones((), want)
+    if not plan.red:
+        return _run(f"{plan.out()} = {body}", out_format, **ops)
     red = f"{op}[{plan.red_of()}]({body})"
     if plan.count == 0 and implicit_zeros and op != "times":
         raise ShapeError(f"zero-size reduction: a{op} of an empty axis has no value (NumPy raises too); "
@@ -174,22 +195,25 @@ def _monoid(op: str, input, axis, implicit_zeros: bool, out_format):
     ops["n"] = np.asarray(plan.count, np.int64)
     count = f"plus[{plan.red_of('c')}](pair({plan.x(suffix='c')}, 1))"
     if op == "times":
-        fix = f"where({count} == n, {red}, 0)"
+        # an unstored zero: red * 0, which is NaN where red is NaN or +-inf (like NumPy)
+        fix = f"where({count} == n, {red}, {red} * 0)"
     else:
-        fix = f"where({count} < n, {op}({red}, 0), {red})"
+        # the zero as a 0-d operand of the input's dtype (a literal 0 would make bools int64)
+        ops["zero"] = np.zeros((), x.dtype)
+        fix = f"where({count} < n, {op}({red}, zero), {red})"
     return _run(f"{plan.out()} = {fix}", out_format, **ops)
 
 
-def argmax(input, axis=None, *, implicit_zeros: bool = True):
+def argmax(input, axis=None, *, dim=None, implicit_zeros: bool = True):
     """``numpy.argmax``: the first index of the largest value along ``axis`` (an int, or
     None for the flattened C-order index).  ``implicit_zeros=False``: among stored entries
     only (-1 for a row storing nothing).  NaN counts as the largest, like NumPy."""
-    return _arg("max", input, axis, implicit_zeros)
+    return _arg("max", input, dim_or_axis(axis, dim, "argmax", None), implicit_zeros)
 
 
-def argmin(input, axis=None, *, implicit_zeros: bool = True):
+def argmin(input, axis=None, *, dim=None, implicit_zeros: bool = True):
     """``numpy.argmin`` (see :func:`argmax`)."""
-    return _arg("min", input, axis, implicit_zeros)
+    return _arg("min", input, dim_or_axis(axis, dim, "argmin", None), implicit_zeros)
 
 
 def _arg(op: str, input, axis, implicit_zeros: bool):
@@ -202,13 +226,22 @@ def _arg(op: str, input, axis, implicit_zeros: bool):
         raise ShapeError(f"arg{op} of an empty sequence (axis {axis!r} of shape {tuple(x.shape)})")
     if x.dtype.kind == "c":
         raise SparseccError(f"arg{op} of complex values is not supported")
+    if axis is None and x.ndim > 1 and _is_sparse(x):
+        # the flat C-order index: the stored entries reshaped to one row (a compiled gather
+        # kernel), then the index along that row
+        from .structural import reshape
+        row = reshape(x, (1, plan.count), out_format="csr")
+        return np.int64(_arg(op, row, 1, implicit_zeros)[0])
     ops = {"X": x, "big": np.asarray(np.iinfo(np.int64).max, np.int64)}
-    # the position reported: the index along the axis, or the flat C-order index
+    # the position reported: the index along the axis, or the flat C-order index, read from
+    # index operands p_k[i] = i * stride_k (built from the shape alone).  Not index(i):
+    # MLIR 22 does not renumber linalg.index when the sparsifier reorders the loops (a
+    # reduction over the outer level of a CSR/CSC/COO operand), so index(i0) read i1.
     strides = np.cumprod([1] + [x.shape[a] for a in reversed(axes)][:-1])[::-1]
     terms = []
     for k, (a, st) in enumerate(zip(axes, strides)):
-        ops[f"st{k}"] = np.asarray(int(st), np.int64)
-        terms.append(f"index({plan.red[k]}) * st{k}")
+        ops[f"p{k}"] = np.arange(x.shape[a], dtype=np.int64) * np.int64(st)
+        terms.append(f"p{k}[{plan.red[k]}]")
     pos = " + ".join(terms)
     sparse = _is_sparse(x)
     if implicit_zeros and sparse:
@@ -231,23 +264,23 @@ def _arg(op: str, input, axis, implicit_zeros: bool):
 
 # ----------------------------------------------------------------------------- softmax
 
-def softmax(input, dim: int, *, out_format=None):
+def softmax(input, dim=None, *, axis=None, out_format=None):
     """``torch.sparse.softmax``: along ``dim``, over stored entries; unstored entries count
     as -inf, so the result keeps ``input``'s pattern and each row's stored values sum to 1.
     A dense ``input`` stores every entry (the usual softmax)."""
-    return _softmax(input, dim, out_format, log=False)
+    return _softmax(input, dim_or_axis(axis, dim, "softmax"), out_format, log=False)
 
 
-def log_softmax(input, dim: int, *, out_format=None):
+def log_softmax(input, dim=None, *, axis=None, out_format=None):
     """``torch.sparse.log_softmax``: ``log(softmax(input, dim))`` on ``input``'s pattern."""
-    return _softmax(input, dim, out_format, log=True)
+    return _softmax(input, dim_or_axis(axis, dim, "log_softmax"), out_format, log=True)
 
 
 def _softmax(input, dim, out_format, log: bool):
     x = _operand(input)
     if x.dtype.kind not in "fc":
         x = x.astype(np.float64)          # softmax of integers or bools: in floats, like torch
-    (axis,) = _axes(dim, x.ndim, "dim")
+    axis = _one_axis(dim, x.ndim, "dim")
     plan = _Plan(x.ndim, (axis,), x.shape)
     r = plan.red[0]
 
@@ -267,17 +300,28 @@ def _softmax(input, dim, out_format, log: bool):
 _REDUCES = {"sum": "plus", "prod": "times", "amax": "max", "amin": "min", "mean": "plus"}
 
 
-def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bool = True):
+def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=None,
+                   include_self: bool = True):
     """``torch.Tensor.scatter_reduce``: for every position ``p`` of ``index``,
     ``out[p with p[dim] = index[p]]`` is combined with ``src[p]`` by ``reduce`` (``"sum"``,
     ``"prod"``, ``"mean"``, ``"amax"``, ``"amin"``); ``include_self`` says whether ``input``'s
     value takes part.  Entries no index points at keep ``input``'s value.  Integer ``mean``
-    rounds down, like torch.  NumPy arrays in, a NumPy array out."""
+    rounds down, like torch.  NumPy arrays in, a NumPy array out.  ``axis=`` may replace
+    ``dim``.  An empty ``index`` leaves ``input`` unchanged (a copy), like torch."""
+    dim = dim_or_axis(axis, dim, "scatter_reduce")
+    index, src, reduce = (required(index, "index", "scatter_reduce"), required(src, "src", "scatter_reduce"),
+                          required(reduce, "reduce", "scatter_reduce"))
     if reduce not in _REDUCES:
         raise OperandError(f"reduce must be one of {', '.join(_REDUCES)}; got {reduce!r}")
     x = np.asarray(input)
     src = np.asarray(src)
     idx = np.asarray(index)
+    if x.ndim >= 1 and idx.size == 0:
+        # torch returns the input unchanged for an empty index, whatever its shape: here a
+        # scatter of nothing (E stores nothing), which copies X in the kernel
+        idx = np.zeros((0,) * x.ndim, np.int64)
+        if src.ndim != x.ndim:
+            src = np.zeros((0,) * x.ndim, x.dtype)
     if x.ndim == 0 or idx.ndim != x.ndim or src.ndim != x.ndim:
         raise ShapeError(f"input, index and src need the same number of dimensions (>= 1); got "
                          f"{x.ndim}, {idx.ndim}, {src.ndim}")
@@ -285,7 +329,7 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
         raise OperandError(f"index must hold integers, got {idx.dtype}")
     if src.dtype != x.dtype:
         raise OperandError(f"src ({src.dtype}) and input ({x.dtype}) must have the same dtype, as in torch")
-    (d,) = _axes(dim, x.ndim, "dim")
+    d = _one_axis(dim, x.ndim, "dim")
     for k in range(x.ndim):
         if idx.shape[k] > src.shape[k] or (k != d and idx.shape[k] > x.shape[k]):
             raise ShapeError(f"index shape {idx.shape} does not fit src {src.shape} / input {x.shape} "
@@ -295,6 +339,8 @@ def scatter_reduce(input, dim: int, index, src, reduce: str, *, include_self: bo
                            f"got {idx.min()}..{idx.max()}")
     pos = np.indices(idx.shape).reshape(idx.ndim, -1)
     values = np.ascontiguousarray(src[tuple(slice(0, s) for s in idx.shape)].reshape(-1))
+    if values.size == 0:              # E's entry dimension has size 1 then: v[e] never read
+        values = np.zeros(1, x.dtype)
     targets = pos.copy()
     targets[d] = idx.reshape(-1)
     E = _scatter_pattern(targets, x.shape)

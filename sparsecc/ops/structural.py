@@ -33,6 +33,7 @@ from ..runtime.memref import describe as describe_array, specifier
 from ..runtime.operands import INT32_MAX, as_operand, build
 from ..runtime.results import new_result, wrap
 from ..runtime.validate import validate
+from ._args import dim_or_axis, required
 
 __all__ = ["getitem", "index_select", "narrow", "cat", "stack", "hstack", "vstack", "reshape", "flatten",
            "tensordot", "trace", "nnz", "density", "prune", "SparseIndexError"]
@@ -85,9 +86,14 @@ def _row_major(x) -> str:
     return "coo"
 
 
+_INDEX_MAX = 2**63 - 1
+
+
 def _gather(xs: list, sources: list[dict], ints: list[int], out_shape: tuple[int, ...], out_format,
             ordered: bool, dtype: np.dtype):
     """Run one gather kernel over the sparse operands ``xs`` (see dialect/structural.py)."""
+    if any(not -_INDEX_MAX <= int(v) <= _INDEX_MAX for v in ints):
+        raise ShapeError(f"a size or offset does not fit a 64-bit index: {ints}")
     stores = []
     for k, x in enumerate(xs):
         if x.dtype != dtype:
@@ -131,6 +137,14 @@ def _default_format(x, rank: int):
     return "coo"
 
 
+def _int(v, what: str) -> int:
+    """``v`` as a Python int (an integer or a NumPy integer), else a ShapeError."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ShapeError(f"{what} must be an integer, got {v!r}") from None
+
+
 def _axis(dim, rank: int, what: str = "dim") -> int:
     try:
         d = operator.index(dim)
@@ -170,11 +184,13 @@ def _index_array(index, n: int, what: str) -> np.ndarray:
     return np.where(a < 0, a + n, a)
 
 
-def index_select(input, dim: int, index, *, out_format=None):
+def index_select(input, dim=None, index=None, *, axis=None, out_format=None):
     """``torch.index_select``: the entries of ``input`` at positions ``index`` along ``dim``
     (repeats and any order allowed).  A compiled contraction with the selection matrix
     ``S[r, index[r]] = 1``; sparse in, sparse out (the input's layout for matrices, COO
-    otherwise); dense in, dense out."""
+    otherwise); dense in, dense out.  ``axis=`` may replace ``dim``."""
+    dim = dim_or_axis(axis, dim, "index_select")
+    index = required(index, "index", "index_select")
     x = as_operand(input, "input")
     if sp.issparse(x):
         validate(x, "input")
@@ -231,7 +247,13 @@ def getitem(input, key, *, out_format=None):
         d = next(dims)
         n = x.shape[d]
         if isinstance(k, slice):
-            start, stop, step = k.indices(n)
+            if isinstance(k.step, (int, np.integer)) and k.step == 0:     # NumPy: ValueError
+                raise ShapeError(f"slice step cannot be zero (dimension {d})")
+            try:
+                start, stop, step = k.indices(n)
+            except TypeError:
+                raise SparseIndexError(f"slice {k} for dimension {d}: start, stop and step must be "
+                                       f"integers or None") from None
             if step > 0:
                 slices.append((start, len(range(start, stop, step)), step))
             else:
@@ -291,18 +313,20 @@ def getitem(input, key, *, out_format=None):
     return y
 
 
-def narrow(input, dim: int, start: int, length: int, *, out_format=None):
-    """``torch.narrow``: entries ``start .. start+length-1`` along ``dim`` (``start`` may
-    be negative)."""
+def narrow(input, dim=None, start=None, length=None, *, axis=None, out_format=None):
+    """``torch.narrow``: entries ``start .. start+length-1`` along ``dim`` (or ``axis``;
+    ``start`` may be negative)."""
+    dim = dim_or_axis(axis, dim, "narrow")
+    start, length = required(start, "start", "narrow"), required(length, "length", "narrow")
     x = _sparse(input, "input")
     d = _axis(dim, x.ndim)
     n = x.shape[d]
-    s = operator.index(start)
+    s = _int(start, "narrow: start")
     if not -n <= s <= n:
         raise SparseIndexError(f"start {s} is out of range for dimension {d} of size {n}")
     if s < 0:
         s += n
-    length = operator.index(length)
+    length = _int(length, "narrow: length")
     if length < 0 or s + length > n:
         raise SparseIndexError(f"start {s} + length {length} exceeds dimension {d} of size {n}")
     key = [slice(None)] * x.ndim
@@ -321,9 +345,11 @@ def _joinable(tensors, what: str) -> list:
     return xs
 
 
-def cat(tensors, dim: int = 0, *, out_format=None):
+def cat(tensors, dim=None, *, axis=None, out_format=None):
     """``torch.cat``: join sparse tensors along an existing dimension ``dim``.  One compiled
-    kernel for all operands; the result has the common dtype (``numpy.result_type``)."""
+    kernel for all operands; the result has the common dtype (``numpy.result_type``).
+    ``dim`` (or ``axis``) defaults to 0."""
+    dim = dim_or_axis(axis, dim, "cat", 0)
     xs = _joinable(tensors, "cat")
     rank = xs[0].ndim
     d = _axis(dim, rank)
@@ -343,8 +369,10 @@ def cat(tensors, dim: int = 0, *, out_format=None):
     return _gather(xs, [src] * len(xs), ints, tuple(shape), fmt, d == 0, dtype)
 
 
-def stack(tensors, dim: int = 0, *, out_format=None):
-    """``torch.stack``: join sparse tensors of one shape along a new dimension ``dim``."""
+def stack(tensors, dim=None, *, axis=None, out_format=None):
+    """``torch.stack``: join sparse tensors of one shape along a new dimension ``dim`` (or
+    ``axis``; default 0)."""
+    dim = dim_or_axis(axis, dim, "stack", 0)
     xs = _joinable(tensors, "stack")
     rank = xs[0].ndim
     d = _axis(dim, rank + 1)
@@ -387,7 +415,10 @@ def reshape(input, shape, *, out_format=None):
     x = _sparse(input, "input")
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
-    shape = [operator.index(s) for s in shape]
+    try:
+        shape = [operator.index(s) for s in shape]
+    except TypeError:
+        raise ShapeError(f"reshape: the shape must be integers, got {shape!r}") from None
     numel = math.prod(x.shape)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ShapeError(f"cannot reshape to {tuple(shape)}: one -1 at most, other sizes >= 0")
@@ -401,6 +432,9 @@ def reshape(input, shape, *, out_format=None):
                          f"into {tuple(shape)}")
     if not shape:
         raise ShapeError("a sparse tensor cannot be reshaped to rank 0")
+    if max(shape) > _INDEX_MAX:
+        raise ShapeError(f"cannot reshape to {tuple(shape)}: a dimension of more than 2**63 - 1 "
+                         f"entries has no index (sparse indices are int64 at most)")
     fmt = out_format if out_format is not None else _default_format(x, len(shape))
     return _gather([x], [dict(pick=None)], list(shape), tuple(shape), fmt, True, x.dtype)
 
@@ -487,6 +521,8 @@ def nnz(input) -> int:
     ``torch``'s ``_nnz()``; a NumPy array stores every entry."""
     x = as_operand(input, "input")
     if not sp.issparse(x):
+        if x.dtype.kind not in "biufc":
+            raise OperandError(f"input is not a numeric array (dtype {x.dtype})")
         return int(x.size)
     validate(x, "input")
     if x.format == "coo" and not x.has_canonical_format:
