@@ -81,7 +81,7 @@ ERRORS = [
     (lambda: sc.einsum("ij,j->k", A, x), sc.ParseError, "output index 'k' appears in no input"),
     (lambda: sc.einsum("ij,j->ii", A, x), sc.ParseError, "repeated"),
     (lambda: sc.einsum("i1,j->i", A, x), sc.ParseError, "invalid character"),
-    (lambda: sc.einsum("...ij,j->i", A, x), sc.ParseError, "ellipsis"),
+    (lambda: sc.einsum("..ij,j->i", A, x), sc.ParseError, "ellipsis"),
     (lambda: sc.einsum("ij,j->i", A, x, formats=("csx", "dense")), sc.FormatError, "unknown format 'csx'"),
     (lambda: sc.einsum("ijk->i", A), sc.ShapeError, "3 indices"),
     (lambda: sc.einsum("i->i", np.array(["a", "b"])), sc.DTypeError, "supports"),

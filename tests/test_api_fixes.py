@@ -1,0 +1,99 @@
+"""Front-end API: NumPy's einsum forms (ellipsis, broadcasting, sublists), 1-D SciPy
+operands, BSR block-size choice, and errors in the user's terms (issues 12 and 19)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+from conftest import random_dense, random_sparse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (subscripts, operand shapes): NumPy's and pydata/sparse's einsum tests with an ellipsis,
+# plus size-1 broadcasting inside and outside the ellipsis
+ELLIPSIS = [
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),          # implicit output, broadcast batch
+    ("a...,a...", [(3, 4), (3, 4)]),
+    ("a...,a...->...", [(3, 2, 2), (3, 2, 1)]),
+    ("...a,...a->...", [(2, 3), (3,)]),
+    ("i...->...", [(3, 4)]),
+    ("...i->...", [(2, 3, 4)]),
+    ("ij...,jk...->ik...", [(3, 4, 2), (4, 5, 1)]),
+    ("...,...", [(2, 3), (2, 3)]),
+    ("...ii->...i", [(2, 3, 3)]),
+    ("ij,ij->ij", [(3, 1), (3, 4)]),                     # broadcast of a named index
+]
+
+
+def _operand(shape, fmt, rng):
+    if fmt == "dense" or len(shape) == 0:
+        return random_dense(shape, "float64", rng)
+    if fmt == "csr":
+        if len(shape) != 2:
+            return random_dense(shape, "float64", rng)
+        return random_sparse(shape, 0.5, "float64", rng, fmt="csr")
+    return random_sparse(shape, 0.5, "float64", rng)    # (N-d) COO
+
+
+def _dense(x):
+    return x.toarray() if sp.issparse(x) else np.asarray(x)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr", "coo"])
+@pytest.mark.parametrize("expr,shapes", ELLIPSIS, ids=[e for e, _ in ELLIPSIS])
+def test_ellipsis_and_broadcasting_match_numpy(expr, shapes, fmt):
+    rng = np.random.default_rng(7)
+    ops = [_operand(s, fmt, rng) for s in shapes]
+    before = [_dense(o).copy() for o in ops]
+    want = np.einsum(expr, *[_dense(o) for o in ops])
+    got = sc.einsum(expr, *ops)
+    np.testing.assert_allclose(_dense(got), want, rtol=1e-12, atol=1e-12)
+    assert _dense(got).shape == want.shape
+    for o, b in zip(ops, before):
+        np.testing.assert_array_equal(_dense(o), b)     # nothing the user passed is modified
+
+
+def test_sublist_form_matches_numpy():
+    rng = np.random.default_rng(3)
+    A = random_sparse((4, 3), 0.5, "float64", rng, fmt="csr")
+    x = rng.uniform(size=3)
+    T = random_sparse((2, 4, 3), 0.5, "float64", rng)
+    Ad = A.toarray()
+    np.testing.assert_allclose(sc.einsum(A, [0, 1], x, [1], [0]), np.einsum(Ad, [0, 1], x, [1], [0]))
+    np.testing.assert_allclose(_dense(sc.einsum(A, [0, 1], x, [1])), np.einsum(Ad, [0, 1], x, [1]))
+    np.testing.assert_allclose(_dense(sc.einsum(T, [Ellipsis, 1, 2], x, [2], [Ellipsis, 1])),
+                               np.einsum(T.toarray(), [Ellipsis, 1, 2], x, [2], [Ellipsis, 1]))
+    with pytest.raises(sc.ParseError, match="labels are integers"):
+        sc.einsum(A, [0, 99], x, [1])
+    with pytest.raises(sc.ParseError, match="must be a string"):
+        sc.einsum(True, A)
+
+
+def test_compile_with_ellipsis_works_per_rank():
+    k = sc.compile("...ij,...j->...i")
+    with pytest.raises(sc.SparseccError, match="call it once"):
+        k.ir()
+    rng = np.random.default_rng(5)
+    for shape in [(3, 4), (2, 3, 4), (2, 2, 3, 4)]:
+        A = random_sparse(shape, 0.5, "float64", rng)
+        x = rng.uniform(size=shape[-1])
+        np.testing.assert_allclose(_dense(k(A, x)), np.einsum("...ij,...j->...i", A.toarray(), x))
+    assert "linalg.generic" in k.ir()
+
+
+@pytest.mark.parametrize("expr,ops,err,needle", [
+    ("..i,i", [(3,), (3,)], sc.ParseError, "ellipsis"),
+    ("...i->i", [(2, 3)], sc.ParseError, "output names no '...'"),
+    ("...ijk", [(2, 3)], sc.ShapeError, "2 dimension"),
+    ("ij,ij->ij", [(3, 2), (3, 4)], sc.ShapeError, "size"),
+])
+def test_ellipsis_errors(expr, ops, err, needle):
+    with pytest.raises(err, match=needle):
+        sc.einsum(expr, *[np.ones(s) for s in ops])
