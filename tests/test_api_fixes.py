@@ -97,3 +97,49 @@ def test_compile_with_ellipsis_works_per_rank():
 def test_ellipsis_errors(expr, ops, err, needle):
     with pytest.raises(err, match=needle):
         sc.einsum(expr, *[np.ones(s) for s in ops])
+
+
+# ------------------------------------------------------------------ 1-D SciPy operands
+def _one_d(kind, v):
+    return {"csr": sp.csr_array, "coo": sp.coo_array, "dok": sp.dok_array}[kind](v)
+
+
+@pytest.mark.parametrize("kind", ["csr", "coo", "dok"])
+@pytest.mark.parametrize("dtype", ["float64", "int32", "complex128"])
+def test_one_dimensional_sparse_operands(kind, dtype):
+    rng = np.random.default_rng(11)
+    v = random_sparse((7,), 0.5, dtype, rng).toarray()
+    M = random_sparse((5, 7), 0.5, dtype, rng, fmt="csr")
+    x = _one_d(kind, v)
+    before = v.copy()
+    for expr, ops, dense in [("i,i->", (x, v), (v, v)), ("ij,j->i", (M, x), (M.toarray(), v)),
+                             ("i->i", (x,), (v,)), ("i,j->ij", (x, x), (v, v))]:
+        got = sc.einsum(expr, *ops)
+        np.testing.assert_allclose(_dense(got), np.einsum(expr, *dense))
+    for f in ("dense", "coo", "csf"):
+        np.testing.assert_allclose(sc.einsum("i,i->", x, v, formats=[f, None]), v @ v)
+    np.testing.assert_array_equal(_dense(x), before)
+    empty = _one_d(kind, np.zeros(4, dtype))
+    assert sc.einsum("i->", empty) == 0
+
+
+def test_one_dimensional_csr_is_zero_copy():
+    from sparsecc.runtime.operands import loader
+    x = sp.csr_array(np.array([1.0, 0.0, 2.0, 0.0]))
+    fmt = sc.Format.coo(1).with_widths(32, 32)
+    bufs, sizes = loader(x, fmt)(x, fmt, "x")
+    assert sizes == [4]
+    assert all(np.shares_memory(b, a) for b, a in zip(bufs, (x.indptr, x.indices, x.data)))
+
+
+def test_one_dimensional_csr_is_validated():
+    x = sp.csr_array(np.array([1.0, 0.0, 2.0]))
+    x.indices[1] = 9
+    with pytest.raises(sc.OperandError, match="index 9"):
+        sc.einsum("i->", x)
+
+
+def test_two_dimensional_dok():
+    rng = np.random.default_rng(2)
+    M = random_sparse((4, 3), 0.5, "float64", rng, fmt="csr")
+    np.testing.assert_allclose(sc.einsum("ij,j->i", sp.dok_array(M), np.ones(3)), M.toarray().sum(1))
