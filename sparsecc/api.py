@@ -70,7 +70,8 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
 
 _OUT_DOC = """
     ``out_format``: the result's format - ``"dense"`` (a NumPy array), ``"csr"``, ``"csc"``,
-    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"``, an MLIR map or a Format (a
+    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (or ``"bsr"``: the largest of 4, 3,
+    2 dividing each dimension; dense operands only in MLIR 22), an MLIR map or a Format (a
     SciPy array: csr/csc/bsr where SciPy has the layout, else an N-d coo_array).  ``None``
     follows the pattern rules (docs/sparse-results.md): dense for rank 0/1 results and for
     patterns dense in some dimension, else CSR (rank 2) or COO (rank 3+).

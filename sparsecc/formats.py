@@ -287,11 +287,15 @@ def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:
         if m:
             if rank != 2:
                 raise FormatError(f"{what} has rank {rank}, but 'bsr' is for matrices")
-            b = (int(m.group(1)), int(m.group(2))) if m.group(1) else block
-            if b is None:
+            if m.group(1):
+                return Format.bsr((int(m.group(1)), int(m.group(2))))
+            if block is None:
                 raise FormatError(f"{what}: 'bsr' needs a block size: pass a scipy bsr_array, or name it "
                                   f"('bsr2x2'), or use sc.Format.bsr((2, 2))")
-            return Format.bsr(b)
+            if 1 in tuple(block):
+                # a block size of 1 fails to compile in MLIR 22 (docs/dsl.md): the same entries as CSR
+                return Format.csr()
+            return Format.bsr(tuple(block))
         if "->" not in name:
             raise FormatError(f"{what}: unknown format {spec!r}; known: {', '.join(PRESETS)}, "
                               f"an MLIR level map or sc.Format")

@@ -143,3 +143,54 @@ def test_two_dimensional_dok():
     rng = np.random.default_rng(2)
     M = random_sparse((4, 3), 0.5, "float64", rng, fmt="csr")
     np.testing.assert_allclose(sc.einsum("ij,j->i", sp.dok_array(M), np.ones(3)), M.toarray().sum(1))
+
+
+# ------------------------------------------------------------------ BSR block sizes
+@pytest.mark.parametrize("kind", ["csr", "coo", "dense", "bsr"])
+def test_plain_bsr_operand_takes_scipys_block_size(kind):
+    M = np.kron(np.array([[1.0, 0, 2], [0, 3, 0]]), np.ones((2, 2)))     # 4 x 6, 2x2 blocks
+    x = np.arange(6.0)
+    op = {"csr": sp.csr_array, "coo": sp.coo_array, "dense": np.asarray,
+          "bsr": lambda m: sp.bsr_array(m, blocksize=(2, 3))}[kind](M)
+    k = sc.compile("ij,j->i", "bsr", None)
+    np.testing.assert_allclose(k(op, x), M @ x)
+    want = (2, 3) if kind == "bsr" else sp.csr_array(M).tobsr().blocksize
+    assert f"d0 floordiv {want[0]} : dense, d1 floordiv {want[1]} : compressed" in k.ir()
+
+
+def test_plain_bsr_with_a_block_size_of_one_runs_as_csr():
+    M = np.eye(3)
+    k = sc.compile("ij,j->i", "bsr", None)
+    np.testing.assert_allclose(k(M, np.arange(3.0)), np.arange(3.0))      # SciPy picks 1x1
+    assert "floordiv" not in k.ir() and "compressed" in k.ir()
+    np.testing.assert_allclose(sc.einsum("ij,j->i", sp.bsr_array(M), np.ones(3)), np.ones(3))
+
+
+def test_plain_bsr_result():
+    D = np.arange(24.0).reshape(4, 6)
+    got = sc.einsum("ij->ij", D, out_format="bsr")
+    assert isinstance(got, sp.bsr_array) and got.blocksize == (4, 3)
+    np.testing.assert_array_equal(got.toarray(), D)
+    with pytest.raises(sc.FormatError, match="no block size"):
+        sc.einsum("ij->ij", np.ones((5, 7)), out_format="bsr")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.mark.parametrize("code,err,needle", [
+    ("sc.einsum('ij->ij', np.ones((3, 3)), out_format='bsr4x4')", "ShapeError", "do not tile"),
+    ("sc.einsum('ij->ij', sp.csr_array(np.eye(3)), out_format='bsr4x4')", "FormatError", "sparse operands"),
+    ("sc.einsum('ij->ji', sp.csr_array(np.ones((4, 6))), out_format='bsr2x3')", "FormatError",
+     "sparse operands"),
+    ("k = sc.compile('ij->ij', out_format='bsr2x2'); k(np.ones((4, 4))); k(np.ones((3, 3)))", "ShapeError",
+     "do not tile"),
+])
+def test_bsr_result_errors_before_native_code(code, err, needle):
+    r = _run(f"import numpy as np, scipy.sparse as sp, sparsecc as sc\n"
+             f"try:\n    {code}\nexcept sc.{err} as e:\n    print('RAISED', e)\n")
+    assert r.returncode == 0, r.stderr
+    assert "RAISED" in r.stdout and needle in r.stdout, r.stdout + r.stderr
