@@ -27,6 +27,9 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
     options = DEFAULT if options is None else options
     if not isinstance(options, Options):
         raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
+    for flag, v in (("prune", prune), ("check", check)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise SparseccError(f"{flag} must be True or False, got {v!r}")
     try:
         key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check),
                semiring)
@@ -295,16 +298,19 @@ class EinsumFamily:
         return f"<sparsecc.EinsumFamily '{self.source}' (one kernel per operand ranks)>"
 
 
-def evaluate(statement: str, *, formats=None, options: Options | None = None,
+def evaluate(statement: str, *positional, formats=None, options: Options | None = None,
              out_format=None, prune: bool = False, check: bool = True, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``.
 
+    Operands by name, or by position in the order they first appear in the statement
+    (``sc.evaluate("y[i] = A[i,j] * x[j]", A, x)``).
     ``formats``: a dict by operand name (``{"A": "csr"}``), or a sequence with one format
-    per operand in the order the operands first appear in the statement."""
+    per operand in that same order."""
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
     if formats is None or isinstance(formats, dict):
-        return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(**operands)
+        return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(*positional,
+                                                                                            **operands)
     if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
         raise FormatError(f"formats is a dict by operand name or a sequence in operand order, got {formats!r}")
     formats = tuple(formats)
@@ -312,7 +318,7 @@ def evaluate(statement: str, *, formats=None, options: Options | None = None,
     if len(formats) != len(names):
         raise OperandError(f"formats names {len(formats)} format(s), but '{statement}' has {len(names)} "
                            f"operand(s) ({', '.join(names)}); or pass a dict by name")
-    return _kernel(statement, formats, {}, options, out_format, prune, check)(**operands)
+    return _kernel(statement, formats, {}, options, out_format, prune, check)(*positional, **operands)
 
 
 for _f in (compile, einsum, evaluate):

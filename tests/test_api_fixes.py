@@ -194,3 +194,155 @@ def test_bsr_result_errors_before_native_code(code, err, needle):
              f"try:\n    {code}\nexcept sc.{err} as e:\n    print('RAISED', e)\n")
     assert r.returncode == 0, r.stderr
     assert "RAISED" in r.stdout and needle in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ Options and Format fields
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(cpu=5), "cpu must be an LLVM CPU name"),
+    (dict(cpu="bogus"), "not a CPU LLVM knows"),
+    (dict(cpu=""), "cpu must be"),
+    (dict(opt_level=True), "opt_level"),
+    (dict(opt_level=2.0), "opt_level"),
+    (dict(vector_length=True), "vector_length"),
+    (dict(vector_length=3), "power of two"),
+    (dict(index_width=32.0), "index_width"),
+    (dict(parallel=None), "parallel"),
+    (dict(loop_order=["default"]), "loop_order"),
+])
+def test_options_fields_are_checked(kwargs, needle):
+    with pytest.raises(sc.SparseccError, match=needle):
+        sc.Options(**kwargs)
+
+
+def test_options_known_cpu_and_numpy_integers():
+    from sparsecc.options import known_cpus
+    cpus = known_cpus()
+    if cpus:
+        assert "x86-64" in cpus or "generic" in cpus
+    sc.Options(cpu="generic" if "generic" in cpus else None, opt_level=np.int64(2))
+
+
+def test_bad_cpu_was_a_compiler_crash_and_is_now_refused_in_options():
+    # before: Options(cpu="bogus") was accepted and LLVM aborted the compile worker
+    # ("64-bit code requested on a subtarget that doesn't support it")
+    r = _run("import sparsecc as sc\ntry:\n    sc.Options(cpu='bogus')\nexcept sc.SparseccError as e:\n"
+             "    print('RAISED', e)\n")
+    assert r.returncode == 0 and "RAISED" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda: sc.Format("dense"), "sequence of level types"),
+    (lambda: sc.Format((1, 2)), "level 0 is 1"),
+    (lambda: sc.Format(("dense", "compressed", "dense", "dense"), block=(-1, 2)), ">= 1"),
+    (lambda: sc.Format(("dense", "dense", "dense", "dense"), block=(2.5, 2)), "integer block sizes"),
+    (lambda: sc.Format(("dense", "compressed"), block=(2, 2)), "need 4 levels"),
+    (lambda: sc.Format(("dense", "compressed"), order="ab"), "dimension numbers"),
+    (lambda: sc.Format(("dense", "compressed"), order=(0, 0)), "not a permutation"),
+    (lambda: sc.Format(("dense",), pos_width=True), "index width"),
+    (lambda: sc.Format(("dense",), crd_width=16), "index width"),
+    (lambda: sc.Format(("dense",), name=3), "name"),
+    (lambda: sc.Format.bsr(2), r"block size \(R, C\)"),
+    (lambda: sc.Format.coo("a"), "rank must be"),
+    (lambda: sc.Format.csf(-1), "rank must be"),
+    (lambda: sc.Format.dense(-2), "rank must be"),
+    (lambda: sc.Format.parse(5), "MLIR level map"),
+])
+def test_format_fields_are_checked(make, needle):
+    with pytest.raises(sc.FormatError, match=needle):
+        make()
+
+
+# ------------------------------------------------------------------ the public API, hostile
+SWEEP_SETUP = """
+import numpy as np, scipy.sparse as sp, sparsecc as sc
+A = sp.csr_array(np.array([[1.0, 0, 2], [0, 3, 0], [4, 0, 5]]))
+x = np.ones(3)
+"""
+
+# (code, the SparseccError subclass, text the message must contain); all run in one subprocess
+SWEEP = [
+    ("sc.einsum(None, A)", "ParseError", "must be a string"),
+    ("sc.einsum(b'ij->i', A)", "ParseError", "must be a string"),
+    ("sc.einsum('ij->i')", "OperandError", "0 were given"),
+    ("sc.einsum('ij,j->i', A)", "OperandError", "but 1 were given"),
+    ("sc.einsum('ij,j->i', A, None)", "OperandError", "not a numeric array"),
+    ("sc.einsum('ij,j->i', A, np.array(2.0))", "ShapeError", "0 dimensions"),
+    ("sc.einsum('ij,j->i', A, [1, [2, 3]])", "OperandError", "not an array"),
+    ("sc.einsum('ij,j->i', A, [2**70, 1, 1])", "OperandError", "not a numeric array"),
+    ("sc.einsum('ij,j->i', A, {'a': 1})", "OperandError", "not a numeric array"),
+    ("sc.einsum('ij,j->i', A, 'abc')", "SparseccError", ""),
+    ("sc.einsum('ij,j->i', A, np.array(['a', 'b', 'c'], dtype=object))", "DTypeError", "object"),
+    ("sc.einsum('ij,j->i', A, np.ones(3, np.float16))", "DTypeError", "float16"),
+    ("sc.einsum('ij,j->i', A, np.ones(3, np.int8))", "DTypeError", "int8"),
+    ("sc.einsum('i->i', np.array(['2020-01-01'] * 3, dtype='datetime64[D]'))", "DTypeError", "datetime64"),
+    ("sc.einsum('ij,j->i', A, np.ones(4))", "ShapeError", "size 3"),
+    ("sc.einsum('ij,ij->ij', A, sp.csr_array(np.ones((3, 4))))", "ShapeError", "size 3"),
+    ("c = A.tocoo(); c._shape = (3, -1); sc.einsum('ij,j->i', c, x)", "ShapeError", "negative"),
+    ("sc.einsum('ij,j->i', A, x, formats=5)", "FormatError", "sequence"),
+    ("sc.einsum('ij,j->i', A, x, formats='csr')", "FormatError", "sequence"),
+    ("sc.einsum('ij,j->i', A, x, formats=sc.Format.csr())", "FormatError", "sequence"),
+    ("sc.einsum('ij,j->i', A, x, formats={'A': 'csr'})", "FormatError", "sc.evaluate"),
+    ("sc.einsum('ij,j->i', A, x, formats=[5, None])", "FormatError", "got 5"),
+    ("sc.einsum('ij,j->i', A, x, formats=['csr'])", "OperandError", "1 format"),
+    ("sc.einsum('ij->ij', A, out_format=True)", "FormatError", "got True"),
+    ("sc.einsum('ij->ij', A, out_format=['csr'])", "FormatError", "got ['csr']"),
+    ("sc.einsum('ij,j->i', A, x, options={})", "SparseccError", "sc.Options"),
+    ("sc.einsum('ij,j->i', A, x, options='fast')", "SparseccError", "sc.Options"),
+    ("sc.einsum('ij->ij', A, prune='no')", "SparseccError", "prune must be True or False"),
+    ("sc.einsum('ij->i', A, check=None)", "SparseccError", "check must be True or False"),
+    ("sc.einsum('ij,j->i', A, x, semiring=5)", "SparseccError", "semiring"),
+    ("sc.compile(5)", "SparseccError", "string"),
+    ("sc.compile('ij,j->i', 'csr', 'dense', 'dense')", "OperandError", "3 formats"),
+    ("sc.compile('ij,j->i', A='csr')", "FormatError", "by position"),
+    ("sc.compile('...ij,...j', A='csr')", "FormatError", "by position"),
+    ("sc.compile('ij,j->i')(A)", "OperandError", "takes 2 operand"),
+    ("sc.compile('ij,j->i')(A, x=x)", "OperandError", "by position"),
+    ("sc.compile('ij,j->i')(A, None)", "OperandError", "not a numeric array"),
+    ("sc.compile('ij,j->i')(A, np.ones((3, 1)))", "ShapeError", "2 dimensions"),
+    ("sc.compile('ij->i').ir(5)", "SparseccError", "unknown stage"),
+    ("sc.evaluate(5)", "SparseccError", "statement"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A=A, x=None)", "OperandError", "not a numeric array"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A, x, x)", "OperandError", "takes 2 operands"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A, A=A, x=x)", "OperandError", "given twice"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A=A, x=x, formats=['csr'])", "OperandError", "1 format"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A=A, x=x, formats='csr')", "FormatError", "dict by operand name"),
+    ("sc.evaluate('y[i] = A[i,j] * x[j]', A=A, x=x, formats={'B': 'csr'})", "FormatError", "not an operand"),
+]
+
+
+def test_public_api_refuses_hostile_input_in_the_users_terms():
+    lines = [SWEEP_SETUP]
+    for k, (code, _, _) in enumerate(SWEEP):
+        lines.append(f"try:\n    {code}\n    print({k}, 'NO ERROR')\nexcept sc.SparseccError as e:\n"
+                     f"    print({k}, type(e).__name__, str(e).replace(chr(10), ' '))\n"
+                     f"except Exception as e:\n    print({k}, 'NOT A SparseccError', type(e).__name__, e)\n")
+    r = _run("".join(lines))
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = {}
+    for line in r.stdout.splitlines():
+        k, _, rest = line.partition(" ")
+        if k.isdigit():
+            got[int(k)] = rest
+    bad = []
+    for k, (code, err, needle) in enumerate(SWEEP):
+        out = got.get(k, "no output")
+        kind, _, msg = out.partition(" ")
+        if not (kind == err or (err == "SparseccError" and kind.endswith("Error") and "NOT" not in out)) \
+                or needle not in msg:
+            bad.append(f"{code}: {out}")
+    assert not bad, "\n".join(bad)
+
+
+def test_sensible_conversions():
+    """What the API converts instead of refusing (docs/getting-started.md, Errors)."""
+    A = sp.csr_array(np.array([[1.0, 0, 2], [0, 3, 0], [4, 0, 5]]))
+    want = A.toarray() @ np.arange(3.0)
+    ro = np.arange(3.0)
+    ro.setflags(write=False)
+    for x in ([0, 1, 2], (0.0, 1.0, 2.0), ro, np.repeat(np.arange(3.0), 2)[::2], np.asfortranarray(np.arange(3.0))):
+        np.testing.assert_allclose(sc.einsum("ij,j->i", A, x), want)
+    np.testing.assert_allclose(sc.einsum("ij,j->i", np.asfortranarray(A.toarray()), np.arange(3.0)), want)
+    assert sc.einsum(",->", 2, np.array(3.0)) == 6
+    np.testing.assert_allclose(sc.evaluate("y[i] = A[i,j] * x[j]", A, np.arange(3.0)), want)
+    np.testing.assert_allclose(sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=np.arange(3.0),
+                                           formats=["dcsr", "dense"]), want)
