@@ -97,6 +97,9 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
     disk, and every call runs the chosen kernel (docs/explore.md).
     """
     if autotune:
+        if isinstance(expr, str) and "..." in expr:
+            raise SparseccError("autotune=True does not take subscripts with an ellipsis yet; name every "
+                                "index (its kernel depends on the operands' ranks)")
         if semiring is not None:
             raise SparseccError("autotune=True does not take a semiring yet; compile with explicit formats "
                                 "(sc.explore does not either)")

@@ -326,8 +326,9 @@ def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:
             if m.group(1):
                 return Format.bsr((int(m.group(1)), int(m.group(2))))
             if block is None:
-                raise FormatError(f"{what}: 'bsr' needs a block size: pass a scipy bsr_array, or name it "
-                                  f"('bsr2x2'), or use sc.Format.bsr((2, 2))")
+                raise FormatError(f"{what}: plain 'bsr' takes its block size from the operand when a kernel "
+                                  f"is called (a bsr_array's own, else SciPy's choice); here name it "
+                                  f"('bsr2x2') or use sc.Format.bsr((2, 2))")
             if 1 in tuple(block):
                 # a block size of 1 fails to compile in MLIR 22 (docs/dsl.md): the same entries as CSR
                 return Format.csr()

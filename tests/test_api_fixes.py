@@ -346,3 +346,14 @@ def test_sensible_conversions():
     np.testing.assert_allclose(sc.evaluate("y[i] = A[i,j] * x[j]", A, np.arange(3.0)), want)
     np.testing.assert_allclose(sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=np.arange(3.0),
                                            formats=["dcsr", "dense"]), want)
+
+
+def test_one_dimensional_operands_not_canonical():
+    x = sp.csr_array((np.array([2.0, 1.0, 5.0]), np.array([3, 0, 3]), np.array([0, 3])), shape=(5,))
+    c = sp.coo_array((np.array([2.0, 1.0, 5.0]), (np.array([3, 0, 3]),)), shape=(5,))
+    want = np.array([1.0, 0, 0, 7, 0])
+    for v in (x, c):
+        np.testing.assert_array_equal(sc.einsum("i->i", v), want)
+        np.testing.assert_array_equal(sc.einsum("i->i", v, out_format="coo").toarray(), want)
+        assert sc.einsum("i,i->", v, np.arange(5.0)) == want @ np.arange(5.0)
+    np.testing.assert_array_equal(x.indices, [3, 0, 3])        # not modified

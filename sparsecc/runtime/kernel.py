@@ -350,6 +350,8 @@ class Kernel:
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
         #: operands given as plain "bsr": a non-BSR one becomes a bsr_array by SciPy's rule
         self._auto_bsr = tuple(k for k, n in enumerate(stmt.operands) if _bare_bsr(formats.get(n)))
+        #: a plain "bsr" result's block size follows the result's shape: plans are per shape
+        self._shape_keyed = _bare_bsr(out_format)
         if out_format is not None:
             if _bare_bsr(out_format) and len(stmt.indices) != 2:
                 raise FormatError(f"the result has rank {len(stmt.indices)}, but 'bsr' is for matrices")
@@ -521,7 +523,7 @@ class Kernel:
         if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
             wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
                     max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
-        pkey = (tuple(keys), wide, tuple(out_shape) if _bare_bsr(self.out_format) else None)
+        pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None)
         plan = info.plans.get(pkey)
         if plan is not None and plan.library is None and _loaded.get(plan.key) is plan.comp:
             STATS.hits += 1                 # a call served by a loaded kernel
