@@ -29,6 +29,10 @@ ELLIPSIS = [
     ("...,...", [(2, 3), (2, 3)]),
     ("...ii->...i", [(2, 3, 3)]),
     ("ij,ij->ij", [(3, 1), (3, 4)]),                     # broadcast of a named index
+    ("a...,...->a...", [(3, 2, 4), (2, 4)]),
+    ("ab...,b->a...", [(3, 4, 2), (4,)]),
+    ("...a,...a", [(1, 3), (2, 3)]),
+    ("...ab,...bc->...ac", [(1, 2, 3), (4, 1, 3, 2)]),
 ]
 
 
@@ -357,3 +361,19 @@ def test_one_dimensional_operands_not_canonical():
         np.testing.assert_array_equal(sc.einsum("i->i", v, out_format="coo").toarray(), want)
         assert sc.einsum("i,i->", v, np.arange(5.0)) == want @ np.arange(5.0)
     np.testing.assert_array_equal(x.indices, [3, 0, 3])        # not modified
+
+
+@pytest.mark.parametrize("fmt", ["dense", "coo"])
+def test_ellipsis_empty_and_single_entry(fmt):
+    one = sp.coo_array((np.array([2.5]), (np.array([1]), np.array([0]), np.array([2]))), shape=(2, 3, 4))
+    cases = [("...ij,...jk->...ik", [np.zeros((0, 3, 4)), np.zeros((0, 4, 5))]),
+             ("...ij,...jk->...ik", [one, np.arange(20.0).reshape(4, 5)]),
+             ("...i,...i->...", [one, np.ones((1, 1, 4))]),
+             ("i...,i...", [np.zeros((0, 2)), np.zeros((0, 1))])]
+    for expr, ops in cases:
+        if fmt == "dense":
+            ops = [_dense(o) for o in ops]
+        want = np.einsum(expr, *[_dense(o) for o in ops])
+        got = _dense(sc.einsum(expr, *ops))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want)
