@@ -12,6 +12,8 @@ from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from .runtime.kernel import STATS, Kernel, Stats
+from .runtime.operands import as_operand
+from .runtime.validate import validate
 from .semiring import apply as apply_semiring
 from .semiring import lookup as lookup_semiring
 
@@ -252,7 +254,7 @@ def _expand(subscripts: str, operands: tuple, formats):
     for k, d in enumerate(drop):
         if d:
             terms[k] = "".join(c for j, c in enumerate(terms[k]) if j not in d)
-            operands[k] = _drop_dims(operands[k], d)
+            operands[k] = _drop_dims(operands[k], d, f"operand {k}")
             if formats is not None and formats[k] is not None and not (
                     isinstance(formats[k], str) and formats[k].strip().lower() in ("dense", "coo", "csf")):
                 formats[k] = None       # a rank-specific format no longer fits: the operand's own
@@ -260,10 +262,12 @@ def _expand(subscripts: str, operands: tuple, formats):
     return expr, tuple(operands), tuple(formats) if formats is not None else None
 
 
-def _drop_dims(x, dims: list[int]):
+def _drop_dims(x, dims: list[int], what: str):
     """Operand ``x`` without its size-1 dimensions ``dims`` (a view of a dense operand; the
     same coordinate and value arrays for a sparse one)."""
     if sp.issparse(x):
+        x = as_operand(x, what)
+        validate(x, what)           # SciPy's tocoo trusts the buffers: check them first
         c = x.tocoo() if x.format != "coo" else x
         keep = [d for d in range(c.ndim) if d not in dims]
         out = sp.coo_array((c.data, tuple(c.coords[d] for d in keep)), shape=tuple(c.shape[d] for d in keep))

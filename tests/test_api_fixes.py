@@ -192,6 +192,12 @@ def _run(code: str) -> subprocess.CompletedProcess:
      "sparse operands"),
     ("k = sc.compile('ij->ij', out_format='bsr2x2'); k(np.ones((4, 4))); k(np.ones((3, 3)))", "ShapeError",
      "do not tile"),
+    # a malformed operand is refused before SciPy converts it to BSR (its C code trusts indices)
+    ("A = sp.csr_array(np.ones((4, 4))); A.indices[3] = 10**6; sc.einsum('ij,j->i', A, np.ones(4), "
+     "formats=['bsr', None])", "OperandError", "out of range"),
+    # the same before a broadcast size-1 dimension is dropped (SciPy's tocoo)
+    ("A = sp.csr_array(np.ones((1, 4))); A.indptr[1] = 10**6; sc.einsum('ij,ij->ij', A, np.ones((3, 4)))",
+     "OperandError", "indptr ends at"),
 ])
 def test_bsr_result_errors_before_native_code(code, err, needle):
     r = _run(f"import numpy as np, scipy.sparse as sp, sparsecc as sc\n"

@@ -725,8 +725,8 @@ def _to_bsr(args, positions, whats) -> list:
         x = args[k]
         if sp.issparse(x) and x.format == "bsr":
             continue
-        if not sp.issparse(x):
-            x = as_operand(x, whats[k])
+        x = as_operand(x, whats[k])
+        validate(x, whats[k])       # SciPy's conversion trusts the buffers: check them first
         if x.ndim != 2:
             raise FormatError(f"{whats[k]} has rank {x.ndim}, but 'bsr' is for matrices")
         try:
