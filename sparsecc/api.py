@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from .errors import FormatError, OperandError, SparseccError
+import string
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import FormatError, OperandError, ParseError, ShapeError, SparseccError
+from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from .runtime.kernel import STATS, Kernel, Stats
+from .runtime.operands import as_operand
+from .runtime.validate import validate
 from .semiring import apply as apply_semiring
 from .semiring import lookup as lookup_semiring
 
@@ -18,9 +26,12 @@ def _einsum_arity(subscripts: str) -> int:
 
 def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
             out_format=None, prune: bool = False, check: bool = True, semiring=None) -> Kernel:
-    options = options or DEFAULT
+    options = DEFAULT if options is None else options
     if not isinstance(options, Options):
         raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
+    for flag, v in (("prune", prune), ("check", check)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise SparseccError(f"{flag} must be True or False, got {v!r}")
     try:
         key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check),
                semiring)
@@ -64,7 +75,8 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
 
 _OUT_DOC = """
     ``out_format``: the result's format - ``"dense"`` (a NumPy array), ``"csr"``, ``"csc"``,
-    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"``, an MLIR map or a Format (a
+    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (or ``"bsr"``: the largest of 4, 3,
+    2 dividing each dimension; dense operands only in MLIR 22), an MLIR map or a Format (a
     SciPy array: csr/csc/bsr where SciPy has the layout, else an N-d coo_array).  ``None``
     follows the pattern rules (docs/sparse-results.md): dense for rank 0/1 results and for
     patterns dense in some dimension, else CSR (rank 2) or COO (rank 3+).
@@ -87,40 +99,233 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
     disk, and every call runs the chosen kernel (docs/explore.md).
     """
     if autotune:
+        if isinstance(expr, str) and "..." in expr:
+            raise SparseccError("autotune=True does not take subscripts with an ellipsis yet; name every "
+                                "index (its kernel depends on the operands' ranks)")
         if semiring is not None:
             raise SparseccError("autotune=True does not take a semiring yet; compile with explicit formats "
                                 "(sc.explore does not either)")
         from .explore import AutotunedKernel
         return AutotunedKernel(expr, tuple(formats), named_formats, options, out_format, prune, check)
+    if isinstance(expr, str) and "." in expr and not looks_like_notation(expr):
+        if named_formats:
+            raise FormatError(f"einsum kernels take formats by position, got keyword(s) {', '.join(named_formats)}")
+        return EinsumFamily(expr, tuple(formats), options, out_format, prune, check, semiring)
     return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check, semiring)
 
 
-def einsum(subscripts: str, *operands, formats=None, options: Options | None = None, out_format=None,
+def einsum(subscripts, *operands, formats=None, options: Options | None = None, out_format=None,
            prune: bool = False, check: bool = True, semiring=None):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
+    Subscripts as in NumPy, ellipsis (``"...ij,...jk->...ik"``) and size-1 broadcasting
+    included, or NumPy's sublist form ``sc.einsum(A, [0, 1], x, [1], [0])``.
     ``formats``: one format per operand (``None`` entries keep the operand's own).
     ``semiring``: ``"min_plus"``, ``"lor_land"``, ... or ``sc.Semiring(add, mul, identity)``:
     the product over that semiring, with GraphBLAS's rules - only stored entries take part,
     and an output entry with no term gets the identity (dense result) or is not stored
     (sparse result); docs/semirings.md.
     """
+    if not isinstance(subscripts, str):
+        subscripts, operands = _from_sublists(subscripts, operands)
     if looks_like_notation(subscripts):
         raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
+    formats = _check_formats(formats, len(operands))
+    subscripts, operands, formats = _expand(subscripts, operands, formats)
     parse_einsum(subscripts, len(operands))   # subscript and operand-count errors, in einsum's terms
-    if formats is not None:
-        formats = tuple(formats)
-        if len(formats) != len(operands):
-            raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
     return _kernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)(*operands)
 
 
-def evaluate(statement: str, *, formats: dict | None = None, options: Options | None = None,
+def _check_formats(formats, n: int):
+    if formats is None:
+        return None
+    if isinstance(formats, dict):
+        raise FormatError("einsum takes formats as a sequence, one per operand in order "
+                          "(a dict by name is for sc.evaluate)")
+    if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
+        raise FormatError(f"formats is a sequence with one format per operand, got {formats!r}; "
+                          f"for one operand write formats=[{formats!r}]")
+    formats = tuple(formats)
+    if len(formats) != n:
+        raise OperandError(f"formats names {len(formats)} format(s) for {n} operand(s)")
+    return formats
+
+
+# ------------------------------------------------------------ NumPy's einsum forms
+_LETTERS = string.ascii_uppercase + string.ascii_lowercase     # NumPy's sublist labels 0..51
+
+
+def _from_sublists(first, rest) -> tuple[str, tuple]:
+    """NumPy's sublist form ``einsum(op0, sub0, op1, sub1, ..., [sub_out])`` as subscripts."""
+    args = (first,) + tuple(rest)
+    pairs, out = args, None
+    if len(args) % 2:
+        pairs, out = args[:-1], args[-1]
+    if not pairs or not all(isinstance(sub, (list, tuple)) for sub in pairs[1::2]) or (
+            out is not None and not isinstance(out, (list, tuple))):
+        raise ParseError(f"einsum subscripts must be a string (or NumPy's sublist form "
+                         f"einsum(A, [0, 1], x, [1], [0])), got {type(first).__name__}")
+
+    def text(sub, what):
+        if isinstance(sub, (str, bytes)) or not hasattr(sub, "__iter__"):
+            raise ParseError(f"einsum sublist form: {what} must be a list of integers 0-51 or "
+                             f"Ellipsis, got {sub!r}")
+        out = []
+        for v in sub:
+            if v is Ellipsis:
+                out.append("...")
+            elif isinstance(v, (int,)) and not isinstance(v, bool) and 0 <= v < len(_LETTERS):
+                out.append(_LETTERS[v])
+            else:
+                raise ParseError(f"einsum sublist form: {what} holds {v!r}; labels are integers "
+                                 f"0-51 or Ellipsis")
+        return "".join(out)
+    ops = pairs[0::2]
+    subs = [text(s, f"the sublist of operand {k}") for k, s in enumerate(pairs[1::2])]
+    expr = ",".join(subs) + ("" if out is None else "->" + text(out, "the output sublist"))
+    return expr, ops
+
+
+def _shape_of(x) -> tuple[int, ...]:
+    shape = getattr(x, "shape", None)
+    if shape is None or not isinstance(shape, tuple):
+        try:
+            shape = np.shape(x)
+        except Exception:   # noqa: BLE001 - the call path says what is wrong with it
+            return None
+    return tuple(int(s) for s in shape)
+
+
+def _expand(subscripts: str, operands: tuple, formats):
+    """Ellipses replaced by fresh index letters from the operands' ranks, and size-1
+    dimensions broadcast as NumPy broadcasts them (the operand is read without that
+    dimension).  Returns (subscripts, operands, formats) - unchanged when neither applies."""
+    s = subscripts.replace(" ", "")
+    lhs, arrow, rhs = s.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands) or "->" in rhs:
+        return subscripts, operands, formats      # parse_einsum reports it
+    shapes = [_shape_of(x) for x in operands]
+    if any(sh is None for sh in shapes):
+        return subscripts, operands, formats      # the call path reports it
+    has_dots = "." in s
+    if has_dots:
+        for t in terms + ([rhs] if arrow else []):
+            if t.count(".") and (t.count(".") != 3 or "..." not in t):
+                raise ParseError(f"{subscripts!r}: '.' only appears as one ellipsis '...' per term")
+        named = [t.replace("...", "") for t in terms]
+        for k, (t, n, sh) in enumerate(zip(terms, named, shapes)):
+            if "..." in t and len(n) > len(sh):
+                raise ShapeError(f"einsum subscripts {subscripts!r}: operand {k} has {len(sh)} dimension(s) "
+                                 f"but '{t}' names {len(n)} besides the ellipsis")
+        widths = [len(sh) - len(n) if "..." in t else 0 for t, n, sh in zip(terms, named, shapes)]
+        width = max(widths, default=0)
+        used = set(lhs + rhs)
+        fresh = [c for c in _LETTERS if c not in used]
+        if width > len(fresh):
+            raise ParseError(f"{subscripts!r}: the ellipsis covers {width} dimensions, more than the "
+                             f"{len(fresh)} unused index letters")
+        dots = "".join(fresh[:width])
+        terms = [t.replace("...", dots[width - w:]) for t, w in zip(terms, widths)]
+        if arrow:
+            if "..." not in rhs and width:
+                raise ParseError(f"{subscripts!r}: the operands have {width} dimension(s) under the "
+                                 f"ellipsis, but the output names no '...' to put them in")
+            rhs = rhs.replace("...", dots)
+        else:
+            counts = {}
+            for t in terms:
+                for c in t:
+                    counts[c] = counts.get(c, 0) + 1
+            rhs = dots + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in dots))
+        arrow = "->"
+    # size-1 broadcasting: an index of size n > 1 read through a size-1 dimension elsewhere
+    size: dict[str, int] = {}
+    for t, sh in zip(terms, shapes):
+        if len(t) == len(sh):
+            for c, n in zip(t, sh):
+                if n != 1:
+                    size.setdefault(c, n)
+    drop = [[d for d, (c, n) in enumerate(zip(t, sh)) if n == 1 and c in size and t.count(c) == 1]
+            if len(t) == len(sh) else [] for t, sh in zip(terms, shapes)]
+    if not has_dots and not any(drop):
+        return subscripts, operands, formats
+    operands, formats = list(operands), list(formats) if formats is not None else None
+    for k, d in enumerate(drop):
+        if d:
+            terms[k] = "".join(c for j, c in enumerate(terms[k]) if j not in d)
+            operands[k] = _drop_dims(operands[k], d, f"operand {k}")
+            if formats is not None and formats[k] is not None and not (
+                    isinstance(formats[k], str) and formats[k].strip().lower() in ("dense", "coo", "csf")):
+                formats[k] = None       # a rank-specific format no longer fits: the operand's own
+    expr = ",".join(terms) + arrow + rhs
+    return expr, tuple(operands), tuple(formats) if formats is not None else None
+
+
+def _drop_dims(x, dims: list[int], what: str):
+    """Operand ``x`` without its size-1 dimensions ``dims`` (a view of a dense operand; the
+    same coordinate and value arrays for a sparse one)."""
+    if sp.issparse(x):
+        x = as_operand(x, what)
+        validate(x, what)           # SciPy's tocoo trusts the buffers: check them first
+        c = x.tocoo() if x.format != "coo" else x
+        keep = [d for d in range(c.ndim) if d not in dims]
+        out = sp.coo_array((c.data, tuple(c.coords[d] for d in keep)), shape=tuple(c.shape[d] for d in keep))
+        out.has_canonical_format = bool(c.has_canonical_format)
+        return out
+    a = np.asarray(x)
+    return a[tuple(0 if d in dims else slice(None) for d in range(a.ndim))]
+
+
+class EinsumFamily:
+    """``sc.compile`` of einsum subscripts with an ellipsis: one kernel per combination of
+    operand ranks (and broadcast dimensions), made on the call that first needs it."""
+
+    def __init__(self, subscripts, formats, options, out_format, prune, check, semiring):
+        self.source = subscripts
+        self._args = (options, out_format, prune, check, semiring)
+        self._formats = formats
+        self.last: Kernel | None = None
+
+    def __call__(self, *operands):
+        formats = _check_formats(self._formats or None, len(operands))
+        expr, operands, formats = _expand(self.source, operands, formats)
+        parse_einsum(expr, len(operands))
+        self.last = _kernel(expr, formats or (), {}, *self._args)
+        return self.last(*operands)
+
+    def ir(self, stage: str = "mlir") -> str:
+        """The IR of the kernel the last call ran."""
+        if self.last is None:
+            raise SparseccError(f"'{self.source}' has an ellipsis: its kernel depends on the operands' "
+                                f"ranks; call it once before asking for its IR")
+        return self.last.ir(stage)
+
+    def __repr__(self):
+        return f"<sparsecc.EinsumFamily '{self.source}' (one kernel per operand ranks)>"
+
+
+def evaluate(statement: str, *positional, formats=None, options: Options | None = None,
              out_format=None, prune: bool = False, check: bool = True, **operands):
-    """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``."""
+    """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``.
+
+    Operands by name, or by position in the order they first appear in the statement
+    (``sc.evaluate("y[i] = A[i,j] * x[j]", A, x)``).
+    ``formats``: a dict by operand name (``{"A": "csr"}``), or a sequence with one format
+    per operand in that same order."""
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
-    return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(**operands)
+    if formats is None or isinstance(formats, dict):
+        return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(*positional,
+                                                                                            **operands)
+    if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
+        raise FormatError(f"formats is a dict by operand name or a sequence in operand order, got {formats!r}")
+    formats = tuple(formats)
+    names = parse_notation(statement).operands
+    if len(formats) != len(names):
+        raise OperandError(f"formats names {len(formats)} format(s), but '{statement}' has {len(names)} "
+                           f"operand(s) ({', '.join(names)}); or pass a dict by name")
+    return _kernel(statement, formats, {}, options, out_format, prune, check)(*positional, **operands)
 
 
 for _f in (compile, einsum, evaluate):

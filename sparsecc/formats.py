@@ -13,11 +13,22 @@ import re
 from functools import lru_cache
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from .errors import FormatError
 
 LEVEL_BASES = ("dense", "compressed", "loose_compressed", "singleton")
 LEVEL_PROPS = ("nonunique", "nonordered", "soa")
 PRESETS = ("dense", "csr", "csc", "coo", "dcsr", "dcsc", "csf", "bsr")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_rank(rank, what: str = "rank") -> None:
+    if not _is_int(rank) or rank < 0:
+        raise FormatError(f"{what} must be an integer >= 0, got {rank!r}")
 
 
 @lru_cache(maxsize=None)
@@ -49,22 +60,39 @@ class Format:
     name: str = field(default="", compare=False)
 
     def __post_init__(self):
+        if isinstance(self.levels, str) or not hasattr(self.levels, "__iter__"):
+            raise FormatError(f"levels is a sequence of level types, e.g. ('dense', 'compressed'), "
+                              f"got {self.levels!r}")
         object.__setattr__(self, "levels", tuple(self.levels))
+        for k, lv in enumerate(self.levels):
+            if not isinstance(lv, str):
+                raise FormatError(f"level {k} is {lv!r}; a level type is a string such as 'dense' or "
+                                  f"'compressed(nonunique)'")
+        if not isinstance(self.name, str):
+            raise FormatError(f"name must be a string, got {self.name!r}")
         nlev = len(self.levels)
+        if self.block is not None:
+            if isinstance(self.block, (str, bytes)) or not hasattr(self.block, "__iter__") or not all(
+                    _is_int(b) for b in self.block):
+                raise FormatError(f"block is a tuple of integer block sizes, one per dimension, got {self.block!r}")
+            block = tuple(int(b) for b in self.block)
+            object.__setattr__(self, "block", block)
+            if any(b < 1 for b in block):
+                raise FormatError(f"block sizes must be >= 1, got {block}")
+            if nlev != 2 * len(block):
+                raise FormatError(f"block sizes {block} need {2 * len(block)} levels (block coordinates, then "
+                                  f"offsets), got {nlev} levels")
         rank = nlev // 2 if self.block else nlev
-        order = tuple(range(rank)) if self.order is None else tuple(self.order)
+        if self.order is not None and (isinstance(self.order, (str, bytes)) or not hasattr(self.order, "__iter__")
+                                       or not all(_is_int(d) for d in self.order)):
+            raise FormatError(f"order is a tuple of dimension numbers, got {self.order!r}")
+        order = tuple(range(rank)) if self.order is None else tuple(int(d) for d in self.order)
         object.__setattr__(self, "order", order)
         if sorted(order) != list(range(rank)):
             raise FormatError(f"order {order} is not a permutation of {rank} dimensions")
-        if self.block is not None:
-            block = tuple(int(b) for b in self.block)
-            object.__setattr__(self, "block", block)
-            if nlev != 2 * len(block) or any(b < 1 for b in block):
-                raise FormatError(f"block sizes {block} need {2 * len(block)} levels and sizes >= 1, "
-                                  f"got {nlev} levels")
         for w in (self.pos_width, self.crd_width):
-            if w not in (None, 32, 64):
-                raise FormatError(f"index width must be 32, 64 or None, got {w}")
+            if w is not None and (not _is_int(w) or w not in (32, 64)):
+                raise FormatError(f"index width must be 32, 64 or None, got {w!r}")
         for k, lv in enumerate(self.levels):
             base, props = _split_level(lv)
             if base not in LEVEL_BASES:
@@ -159,6 +187,7 @@ class Format:
     # ------------------------------------------------------------------ presets
     @staticmethod
     def dense(rank: int) -> "Format":
+        _check_rank(rank)
         return Format(("dense",) * rank, name="dense")
 
     @staticmethod
@@ -179,11 +208,14 @@ class Format:
 
     @staticmethod
     def csf(rank: int, order: tuple[int, ...] | None = None) -> "Format":
+        _check_rank(rank)
         return Format(("compressed",) * rank, order, name="csf")
 
     @staticmethod
     def coo(rank: int, dense_trailing: int = 0) -> "Format":
         """COO over the leading ``rank - dense_trailing`` dims; the rest dense (torch's hybrid COO)."""
+        _check_rank(rank)
+        _check_rank(dense_trailing, "dense_trailing")
         ns = rank - dense_trailing
         if ns < 1:
             raise FormatError("COO needs at least one sparse dimension")
@@ -195,6 +227,8 @@ class Format:
 
     @staticmethod
     def bsr(block: tuple[int, int]) -> "Format":
+        if isinstance(block, (str, bytes)) or not hasattr(block, "__len__") or len(block) != 2:
+            raise FormatError(f"Format.bsr takes a block size (R, C), got {block!r}")
         return Format(("dense", "compressed", "dense", "dense"), block=tuple(block),
                       name=f"bsr{block[0]}x{block[1]}")
 
@@ -204,6 +238,8 @@ class Format:
 
         The full ``#sparse_tensor.encoding<{ map = ..., posWidth = 32 }>`` form is accepted too.
         """
+        if not isinstance(text, str):
+            raise FormatError(f"Format.parse takes an MLIR level map string, got {text!r}")
         src = text
         pw = re.search(r"posWidth\s*=\s*(\d+)", text)
         cw = re.search(r"crdWidth\s*=\s*(\d+)", text)
@@ -287,11 +323,16 @@ def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:
         if m:
             if rank != 2:
                 raise FormatError(f"{what} has rank {rank}, but 'bsr' is for matrices")
-            b = (int(m.group(1)), int(m.group(2))) if m.group(1) else block
-            if b is None:
-                raise FormatError(f"{what}: 'bsr' needs a block size: pass a scipy bsr_array, or name it "
-                                  f"('bsr2x2'), or use sc.Format.bsr((2, 2))")
-            return Format.bsr(b)
+            if m.group(1):
+                return Format.bsr((int(m.group(1)), int(m.group(2))))
+            if block is None:
+                raise FormatError(f"{what}: plain 'bsr' takes its block size from the operand when a kernel "
+                                  f"is called (a bsr_array's own, else SciPy's choice); here name it "
+                                  f"('bsr2x2') or use sc.Format.bsr((2, 2))")
+            if 1 in tuple(block):
+                # a block size of 1 fails to compile in MLIR 22 (docs/dsl.md): the same entries as CSR
+                return Format.csr()
+            return Format.bsr(tuple(block))
         if "->" not in name:
             raise FormatError(f"{what}: unknown format {spec!r}; known: {', '.join(PRESETS)}, "
                               f"an MLIR level map or sc.Format")

@@ -6,7 +6,12 @@ not change the compiled code, so it does not split the cache.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import numpy as np
 
 from .errors import SparseccError
 
@@ -15,6 +20,10 @@ PARALLEL = ("auto", "none", "dense-outer-loop", "any-storage-outer-loop", "dense
             "any-storage-any-loop")
 #: MLIR's ``loop-ordering-strategy`` of ``sparse-reinterpret-map``
 LOOP_ORDERS = ("default", "dense-outer")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +43,26 @@ class Options:
     loop_order: str = "default"
 
     def __post_init__(self):
-        if self.opt_level not in (0, 1, 2, 3):
+        if not _is_int(self.opt_level) or self.opt_level not in (0, 1, 2, 3):
             raise SparseccError(f"opt_level must be 0, 1, 2 or 3, got {self.opt_level!r}")
-        if self.parallel not in PARALLEL:
+        if self.cpu is not None:
+            if not isinstance(self.cpu, str) or not self.cpu.strip():
+                raise SparseccError(f"cpu must be an LLVM CPU name such as 'skylake' or 'znver3' "
+                                    f"(None: this machine's), got {self.cpu!r}")
+            known = known_cpus()
+            if known and self.cpu not in known:
+                near = sorted(c for c in known if c[:3] == self.cpu[:3].lower())[:8]
+                raise SparseccError(f"cpu {self.cpu!r} is not a CPU LLVM knows for this machine's target"
+                                    + (f"; similar names: {', '.join(near)}" if near else
+                                       "; see `llc -mcpu=help`, or use None for this machine's CPU"))
+        if not isinstance(self.parallel, str) or self.parallel not in PARALLEL:
             raise SparseccError(f"parallel must be one of {', '.join(PARALLEL)}; got {self.parallel!r}")
-        if not isinstance(self.vector_length, int) or self.vector_length < 0 or (
+        if not _is_int(self.vector_length) or self.vector_length < 0 or (
                 self.vector_length & (self.vector_length - 1)):
             raise SparseccError(f"vector_length must be 0 or a power of two, got {self.vector_length!r}")
-        if self.index_width not in (None, 32, 64):
+        if self.index_width is not None and (not _is_int(self.index_width) or self.index_width not in (32, 64)):
             raise SparseccError(f"index_width must be None, 32 or 64, got {self.index_width!r}")
-        if self.loop_order not in LOOP_ORDERS:
+        if not isinstance(self.loop_order, str) or self.loop_order not in LOOP_ORDERS:
             raise SparseccError(f"loop_order must be one of {', '.join(LOOP_ORDERS)}; got {self.loop_order!r}")
 
     def key(self) -> str:
@@ -51,3 +70,35 @@ class Options:
 
 
 DEFAULT = Options()
+
+
+@lru_cache(maxsize=1)
+def known_cpus() -> frozenset:
+    """The CPU names LLVM knows for this machine's target, from the ``llc`` of the LLVM
+    tools package (``llc -mcpu=help``), read once, the first time a CPU is named (an
+    unknown name makes LLVM abort the compile worker).  Empty if ``llc`` is not there:
+    the name is then not checked."""
+    import importlib.util
+    import subprocess
+    spec = importlib.util.find_spec("llvm")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        llc = os.path.join(folder, "bin", "llc")
+        if os.access(llc, os.X_OK):
+            break
+    else:
+        return frozenset()
+    try:
+        import llvmlite.binding as llb
+        triple = llb.get_default_triple()
+        r = subprocess.run([llc, f"-mtriple={triple}", "-mcpu=help"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError, ImportError):
+        return frozenset()
+    text = r.stdout + r.stderr
+    names = set()
+    section = text.split("Available CPUs for this target:", 1)[-1].split("Available features", 1)[0]
+    for line in section.splitlines():
+        m = re.match(r"\s+(\S+)\s+-", line)
+        if m:
+            names.add(m.group(1))
+    return frozenset(names)

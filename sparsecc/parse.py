@@ -27,7 +27,8 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
         raise ParseError(f"einsum subscripts must be a string, got {type(subscripts).__name__}")
     s = subscripts.replace(" ", "")
     if "..." in s:
-        raise ParseError(f"{subscripts!r}: ellipsis ('...') is not supported yet; name every index")
+        raise ParseError(f"{subscripts!r}: an ellipsis ('...') needs the operands' ranks: sc.einsum and "
+                         f"sc.compile expand it at each call; here name every index")
     if s.count("->") > 1:
         raise ParseError(f"{subscripts!r}: more than one '->'")
     lhs, arrow, rhs = s.partition("->")

@@ -301,7 +301,7 @@ def test_out_format_errors():
         sc.einsum("ij->", A, out_format="coo")
     with pytest.raises(sc.FormatError, match="unknown format"):
         sc.einsum("ij->ij", A, out_format="nope")
-    with pytest.raises(sc.FormatError, match="block size"):
+    with pytest.raises(sc.FormatError, match="BSR"):     # MLIR 22: no BSR result from sparse operands
         sc.einsum("ij->ij", A, out_format="bsr")
 
 

@@ -211,10 +211,13 @@ def result_format_for(k: "Kernel", formats: list[Format], width: int) -> tuple[F
     formats = _without_coiterated_blocks(formats)
     sparse = frozenset(n for n, f in zip(stmt.operands, formats) if not f.is_dense)
     spec = k.out_format if k.out_format is not None else default_result_format(stmt, sparse)
+    if _bare_bsr(spec):
+        raise FormatError("an ahead-of-time kernel needs the BSR result's block size: out_format='bsr2x2'")
     fmt = resolve(spec, len(stmt.indices), "the result")
     if fmt.is_dense:
         return None, formats
     check_sparse_result(stmt, sparse)
+    _check_block_result(fmt, sparse, None)
     orders = _row_wise_orders(stmt)
     formats = [_for_sparse_result(f, orders.get(n)).with_widths(width, width)
                for n, f in zip(stmt.operands, formats)]
@@ -300,6 +303,8 @@ def _orders_of_operands(stmt: Statement, formats: tuple[Format, ...], out: Forma
     """``out`` with its levels in the order the sparse operands store the output's indices
     (CSC * CSC -> CSR is built as CSC, then converted)."""
     found = []
+    if out.block is not None:
+        return found
     for a in accesses(stmt.expr):
         f = formats[stmt.operands.index(a.tensor)]
         if f.is_dense or f.block is not None:
@@ -349,14 +354,19 @@ class Kernel:
         self._out_cache: dict = {}
         self._library: dict | None = None   # set by sc.aot.load: the only specializations
         for name, spec in formats.items():
-            if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == "bsr"):
+            if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
+        #: operands given as plain "bsr": a non-BSR one becomes a bsr_array by SciPy's rule
+        self._auto_bsr = tuple(k for k, n in enumerate(stmt.operands) if _bare_bsr(formats.get(n)))
+        #: a plain "bsr" result's block size follows the result's shape: plans are per shape
+        self._shape_keyed = _bare_bsr(out_format)
         if out_format is not None:
-            if isinstance(out_format, str) and out_format.strip().lower() == "bsr":
-                raise FormatError("a BSR result needs a block size: out_format='bsr2x2' or sc.Format.bsr((2, 2))")
+            if _bare_bsr(out_format) and len(stmt.indices) != 2:
+                raise FormatError(f"the result has rank {len(stmt.indices)}, but 'bsr' is for matrices")
             if not stmt.indices and not (isinstance(out_format, str) and out_format.strip().lower() == "dense"):
                 raise FormatError(f"'{self.source}' has a scalar result, which cannot be sparse")
-            resolve(out_format, len(stmt.indices), "the result")
+            if not _bare_bsr(out_format):
+                resolve(out_format, len(stmt.indices), "the result")
 
     def __repr__(self):
         fm = ", ".join(f"{describe(n)}: {self.formats.get(n) or 'from operand'}" for n in self.stmt.operands)
@@ -458,18 +468,19 @@ class Kernel:
         ``Options.index_width`` if set; else 32-bit coordinates when every dimension fits,
         32-bit positions when every entry could be stored and still be counted in 32 bits."""
         wide = (max(shape, default=0) > INT32_MAX, math.prod(shape) > INT32_MAX)
-        k = (sparse, wide)
+        k = (sparse, wide, shape if _bare_bsr(self.out_format) else None)
         got = self._out_cache.get(k, False)
         if got is not False:
             return got
         spec = self.out_format
         if spec is None:
             spec = default_result_format(self.stmt, sparse)
-        fmt = resolve(spec, len(self.stmt.indices), "the result")
+        fmt = resolve(spec, len(self.stmt.indices), "the result", _result_block(shape) if _bare_bsr(spec) else None)
         if fmt.is_dense:
             got = None
         else:
             check_sparse_result(self.stmt, sparse)
+            _check_block_result(fmt, sparse, shape)
             want = self.options.index_width
             if want is None:
                 got = fmt.with_widths(64 if wide[1] else 32, 64 if wide[0] else 32)
@@ -488,6 +499,8 @@ class Kernel:
         info = self._call_info or self._static()
         if kwargs or info.named or len(args) != info.n:
             args = self._bind(args, kwargs)
+        if self._auto_bsr:
+            args = _to_bsr(args, self._auto_bsr, info.whats)
         # every operand is read and (check=True) validated on every call; the plan caches
         # only what follows from the operands' kinds (type, dtype, rank) and widths
         check = self.check
@@ -518,7 +531,7 @@ class Kernel:
         if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
             wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
                     max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
-        pkey = (tuple(keys), wide)
+        pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None)
         plan = info.plans.get(pkey)
         if plan is not None and plan.library is None and _loaded.get(plan.key) is plan.comp:
             STATS.hits += 1                 # a call served by a loaded kernel
@@ -540,6 +553,8 @@ class Kernel:
             if comp.entry(base):
                 _out_of_memory(self.source)
             return out[()] if out.ndim == 0 else out
+        if out_fmt.block is not None:
+            _check_blocks(out_fmt, out_shape)
         block, base = plan.packer.pack(scalars, operands, None)
         if comp.entry(base):
             _out_of_memory(self.source)
@@ -717,3 +732,69 @@ def _resolve_cached(spec, rank, what, block) -> Format:
     if f is None:
         f = _resolved[k] = resolve(spec, rank, what, block)
     return f
+
+
+def _bare_bsr(spec) -> bool:
+    """``spec`` is the name "bsr" without a block size."""
+    return isinstance(spec, str) and spec.strip().lower() == "bsr"
+
+
+def _to_bsr(args, positions, whats) -> list:
+    """Operands given as plain "bsr" that are not SciPy BSR arrays, as ``bsr_array``s with
+    the block size SciPy's ``tobsr()`` picks (``scipy.sparse``'s ``estimate_blocksize``): a
+    change of layout.  A block size with a 1 then runs as CSR (see ``formats.resolve``)."""
+    args = list(args)
+    for k in positions:
+        x = args[k]
+        if sp.issparse(x) and x.format == "bsr":
+            continue
+        x = as_operand(x, whats[k])
+        validate(x, whats[k])       # SciPy's conversion trusts the buffers: check them first
+        if x.ndim != 2:
+            raise FormatError(f"{whats[k]} has rank {x.ndim}, but 'bsr' is for matrices")
+        try:
+            args[k] = sp.bsr_array(x)
+        except (TypeError, ValueError) as err:
+            raise OperandError(f"{whats[k]} cannot be stored as BSR: {err}") from None
+    return args
+
+
+#: block sizes tried for out_format="bsr", largest first (1 fails to compile in MLIR 22)
+RESULT_BLOCKS = (4, 3, 2)
+
+
+def _result_block(shape) -> tuple[int, ...]:
+    """The block size of a plain "bsr" result of ``shape``: per dimension the largest of
+    ``RESULT_BLOCKS`` that divides it."""
+    if not shape:
+        raise FormatError("out_format='bsr' picks its block size from the result's shape: call the kernel "
+                          "once first, or name the size ('bsr2x2')")
+    block = []
+    for n in shape:
+        b = next((b for b in RESULT_BLOCKS if n % b == 0), None)
+        if b is None or n == 0:
+            raise FormatError(f"out_format='bsr': no block size of {', '.join(map(str, RESULT_BLOCKS))} "
+                              f"divides the result's shape {tuple(shape)}; name one ('bsr2x2') or use 'csr'")
+        block.append(b)
+    return tuple(block)
+
+
+def _check_blocks(fmt: Format, shape) -> None:
+    for n, b in zip(shape, fmt.block):
+        if n % b:
+            raise ShapeError(f"the result has shape {tuple(shape)}, which blocks of "
+                             f"{'x'.join(map(str, fmt.block))} (out_format={str(fmt)!r}) do not tile")
+
+
+def _check_block_result(fmt: Format, sparse: frozenset, shape) -> None:
+    """What MLIR 22 cannot build as a block-sparse result, refused before compiling."""
+    if fmt.block is None:
+        return
+    if sparse:
+        raise FormatError(f"out_format={str(fmt)!r}: MLIR 22 cannot build a block-sparse (BSR) result from "
+                          f"sparse operands (it fails to legalize the block conversion); use out_format='csr' "
+                          f"and .tobsr() on the result")
+    if 1 in fmt.block:
+        raise FormatError(f"out_format={str(fmt)!r}: a block size of 1 fails to compile in MLIR 22; use 'csr'")
+    if shape:
+        _check_blocks(fmt, shape)

@@ -35,7 +35,8 @@ def as_operand(x, what: str):
     """Accept NumPy arrays, scalars, array-likes and SciPy sparse arrays/matrices."""
     if sp.issparse(x):
         if x.format in ("dia", "lil", "dok"):
-            x = x.tocsr()   # documented: these formats are converted to CSR
+            # documented: these formats are converted to CSR (a 1-D dok array to 1-D COO)
+            x = x.tocoo() if x.ndim == 1 else x.tocsr()
         return x
     if isinstance(x, np.ndarray):
         return x
@@ -53,6 +54,8 @@ def default_format(x) -> tuple[str, tuple[int, int] | None]:
     if sp.issparse(x):
         if x.format == "bsr":
             return "bsr", tuple(x.blocksize)
+        if x.ndim == 1:
+            return "coo", None          # a 1-D csr_array's buffers are 1-D COO's: zero-copy
         if x.format in ("csr", "csc", "coo"):
             return x.format, None
         return "csr", None
@@ -130,7 +133,7 @@ def _is_coo_layout(fmt: Format, rank: int) -> bool:
 
 
 def _coo_fast(x, fmt: Format) -> bool:
-    return (sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and _is_coo_layout(fmt, x.ndim)
+    return (sp.issparse(x) and x.format == "coo" and _is_coo_layout(fmt, x.ndim)
             and is_canonical_coo(x))
 
 
@@ -172,6 +175,19 @@ def load_compressed(x, fmt: Format, what: str):
             [shape[order[0]], shape[order[1]]])
 
 
+_COO1 = Format.coo(1)
+
+
+def load_csr1d(x, fmt: Format, what: str):
+    """A canonical 1-D csr_array: its indptr ([0, nnz]), indices and data are the
+    positions, coordinates and values of a rank-1 compressed level (no copy)."""
+    if not x.has_canonical_format:
+        return load_any(x, fmt, what)
+    return ([np.ascontiguousarray(x.indptr, _INDEX[fmt.pos_width]),
+             np.ascontiguousarray(x.indices, _INDEX[fmt.crd_width]), np.ascontiguousarray(x.data)],
+            [x.shape[0]])
+
+
 def load_any(x, fmt: Format, what: str):
     s = build(x, fmt, what)
     return s.buffers, s.lvl_sizes
@@ -195,6 +211,8 @@ def loader(x, fmt: Format):
         return lambda x, fmt, what: native(_native(x), fmt, what)
     if fmt.is_dense:
         return load_densified if sp.issparse(x) else load_dense
+    if sp.issparse(x) and x.ndim == 1 and x.format == "csr" and fmt.levels == _COO1.levels:
+        return load_csr1d
     if sp.issparse(x) and x.ndim == 2 and fmt.block is None:
         own = _SAME.get(x.format)
         if own is not None and fmt.levels == own.levels and fmt.order == own.order:

@@ -138,7 +138,9 @@ def validate(x, what: str) -> None:
     shape = x.shape
     if shape and min(shape) < 0:
         raise ShapeError(f"{what} has a negative dimension: {tuple(int(s) for s in shape)}")
-    if f in ("csr", "csc"):
+    if f == "csr" and len(shape) == 1:     # SciPy's 1-D csr_array: one row
+        _compressed(x.indptr, x.indices, _values(x.data, what), 1, shape[0], what, "row")
+    elif f in ("csr", "csc"):
         if len(shape) != 2:
             raise OperandError(f"{what}: a {f} array must be 2-D")
         outer, inner = (shape[0], shape[1]) if f == "csr" else (shape[1], shape[0])
