@@ -21,6 +21,7 @@ UNARY = {
     "ceil": np.ceil, "floor": np.floor,
 }
 BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
+          "%": np.remainder,
           "min": np.minimum, "max": np.maximum, "pow": np.power,
           "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
           "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,

@@ -69,7 +69,7 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
 _TOKEN = re.compile(r"""
     (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?j?)
   | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op>//|<=|>=|==|!=|[-+*/()\[\],=<>])
+  | (?P<op>//|<=|>=|==|!=|[-+*/%()\[\],=<>])
   | (?P<space>\s+)
   | (?P<bad>.)
 """, re.VERBOSE)
@@ -155,10 +155,10 @@ class _Parser:
 
     def term(self) -> Expr:
         e = self.factor()
-        while self.peek()[1] in ("*", "/", "//"):
+        while self.peek()[1] in ("*", "/", "//", "%"):
             _, op, pos = self.take()
             rhs = self.factor()
-            if op in ("/", "//") and free_indices(rhs) and not self.stored_depth:
+            if op in ("/", "//", "%") and free_indices(rhs) and not self.stored_depth:
                 self.fail("division is only by a scalar (a constant or a scalar operand), or inside "
                           "stored(...), where only stored entries are divided; "
                           f"the divisor here has indices {','.join(free_indices(rhs))}", pos)

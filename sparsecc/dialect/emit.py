@@ -297,12 +297,12 @@ class _Body:
             if k not in ops:
                 raise DTypeError(f"'{op}' on {row.name} is not supported")
             return self.emit(f"{ops[k]} {a}, {b} : {bt}")
-        if op == "//":
+        if op in ("//", "%"):
             if k == "int":
-                return self.emit(f"arith.floordivsi {a}, {b} : {bt}")
+                return self.int_divmod(op, a, b, bt)
             if k == "float":
-                return self.emit(f"math.floor {self.emit(f'arith.divf {a}, {b} : {bt}')} : {bt}")
-            raise DTypeError(f"'//' on {row.name} is not supported")
+                return self.float_divmod(op, a, b, bt)
+            raise DTypeError(f"'{op}' on {row.name} is not supported")
         if op in _MINMAX:
             if k not in _MINMAX[op]:
                 raise DTypeError(f"{op} of {row.name} values is not supported")
@@ -331,6 +331,60 @@ class _Body:
             return self.emit(_const_text(1, row)[0])
         src = rows[0] if op == "first" else rows[1]
         return self.cast(a if op == "first" else b, src, row)
+
+    def int_divmod(self, op: str, a: str, b: str, t: str) -> str:
+        """NumPy's integer ``a // b`` or ``a % b``, with no trap: ``x // 0 == x % 0 == 0``,
+        ``INT_MIN // -1 == INT_MIN`` (wraps), ``x % -1 == 0``.  The divisor is replaced by 1
+        where it is 0 or -1 (where LLVM's sdiv/srem are undefined) and the result selected."""
+        e = self.emit
+        zero, one, m1 = e(f"arith.constant 0 : {t}"), e(f"arith.constant 1 : {t}"), e(f"arith.constant -1 : {t}")
+        is0 = e(f"arith.cmpi eq, {b}, {zero} : {t}")
+        is_m1 = e(f"arith.cmpi eq, {b}, {m1} : {t}")
+        bad = e(f"arith.ori {is0}, {is_m1} : i1")
+        sb = e(f"arith.select {bad}, {one}, {b} : {t}")
+        if op == "//":
+            q = e(f"arith.floordivsi {a}, {sb} : {t}")
+            neg = e(f"arith.subi {zero}, {a} : {t}")            # a // -1, wrapping
+            q = e(f"arith.select {is_m1}, {neg}, {q} : {t}")
+            return e(f"arith.select {is0}, {zero}, {q} : {t}")
+        r = e(f"arith.remsi {a}, {sb} : {t}")                  # sign of a; 0 where sb is 1
+        rnz = e(f"arith.cmpi ne, {r}, {zero} : {t}")
+        rneg = e(f"arith.cmpi slt, {r}, {zero} : {t}")
+        bneg = e(f"arith.cmpi slt, {sb}, {zero} : {t}")
+        differ = e(f"arith.xori {rneg}, {bneg} : i1")
+        fix = e(f"arith.andi {rnz}, {differ} : i1")
+        adj = e(f"arith.addi {r}, {sb} : {t}")
+        return e(f"arith.select {fix}, {adj}, {r} : {t}")
+
+    def float_divmod(self, op: str, a: str, b: str, t: str) -> str:
+        """NumPy's float ``a // b`` / ``a % b``: npy_floor_divide / npy_remainder (npymath's
+        npy_divmod), branch-free: mod = fmod(a, b); div = (a - mod) / b; where mod != 0 and
+        its sign differs from b's: mod += b, div -= 1; mod == 0: mod = copysign(0, b);
+        floordiv = floor(div), +1 where div - floor(div) > 0.5; div == 0: copysign(0, a / b);
+        b == 0: a / b (``//``) and fmod(a, b) (``%``)."""
+        e = self.emit
+        zero, one, half = (e(f"arith.constant {v} : {t}") for v in ("0.0", "1.0", "0.5"))
+        mod = e(f"arith.remf {a}, {b} : {t}")
+        if op == "%":
+            b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
+        quot = e(f"arith.divf {a}, {b} : {t}")
+        div = e(f"arith.divf {e(f'arith.subf {a}, {mod} : {t}')}, {b} : {t}")
+        mnz = e(f"arith.cmpf une, {mod}, {zero} : {t}")
+        bneg = e(f"arith.cmpf olt, {b}, {zero} : {t}")
+        mneg = e(f"arith.cmpf olt, {mod}, {zero} : {t}")
+        fix = e(f"arith.andi {mnz}, {e(f'arith.xori {bneg}, {mneg} : i1')} : i1")
+        if op == "%":
+            m = e(f"arith.select {fix}, {e(f'arith.addf {mod}, {b} : {t}')}, {mod} : {t}")
+            m = e(f"arith.select {mnz}, {m}, {e(f'math.copysign {zero}, {b} : {t}')} : {t}")
+            return e(f"arith.select {b0}, {mod}, {m} : {t}")
+        b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
+        div = e(f"arith.select {fix}, {e(f'arith.subf {div}, {one} : {t}')}, {div} : {t}")
+        fl = e(f"math.floor {div} : {t}")
+        up = e(f"arith.cmpf ogt, {e(f'arith.subf {div}, {fl} : {t}')}, {half} : {t}")
+        fl = e(f"arith.select {up}, {e(f'arith.addf {fl}, {one} : {t}')}, {fl} : {t}")
+        dnz = e(f"arith.cmpf une, {div}, {zero} : {t}")
+        fl = e(f"arith.select {dnz}, {fl}, {e(f'math.copysign {zero}, {quot} : {t}')} : {t}")
+        return e(f"arith.select {b0}, {quot}, {fl} : {t}")
 
     def binary(self, e: Binary, row: dt.DType) -> str:
         lrow, rrow = self.operand_rows(e, row)

@@ -1,0 +1,78 @@
+"""Expression values: constants, integer and float division, pow, folding, deep expressions.
+
+Every result is compared with NumPy (bitwise where NumPy's value is exact).  Kernels that
+could trap (SIGFPE) run in a subprocess: a signal fails the test instead of the run.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_py(code: str, env: dict | None = None) -> str:
+    """Run ``code`` in a fresh interpreter; it must exit cleanly (no signal) and print 'ok'."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, **(env or {})}, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-3000:]
+    return r.stdout
+
+
+def bits_equal(got, want):
+    """Same dtype, shape and bit pattern (NaNs of any payload are equal)."""
+    got = got.toarray() if sp.issparse(got) else np.asarray(got)
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+    if want.dtype.kind in "fc":
+        g, w = got.view(got.real.dtype), want.view(want.real.dtype)
+        both_nan = np.isnan(g) & np.isnan(w)
+        assert np.array_equal(np.where(both_nan, 0, g.view(f"u{g.itemsize}")),
+                              np.where(both_nan, 0, w.view(f"u{w.itemsize}"))), (got, want)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+# ----------------------------------------------------------------- integer division (issue 3)
+
+INT_DIV = """
+import warnings
+import numpy as np, scipy.sparse as sp, sparsecc as sc
+from tests.test_values import bits_equal
+warnings.simplefilter("ignore")
+dt = np.dtype("{dtype}")
+lo = np.iinfo(dt).min
+x = np.array([7, -7, 0, 1, lo, -1, 5], dtype=dt)
+for op in ("//", "%"):
+    for d in (0, -1, 2, -2, 1):
+        bits_equal(sc.evaluate(f"y[i] = x[i] {{op}} d", x=x, d=dt.type(d)),
+                   eval(f"x {{op}} dt.type(d)"))
+    y = np.array([0, -1, 3, 0, -1, -1, -3], dtype=dt)
+    bits_equal(sc.evaluate(f"y[i] = stored(x[i] {{op}} v[i])", x=x, v=y), eval(f"x {{op}} y"))
+    # sparse over sparse: B stores explicit zeros
+    A = sp.csr_array((np.array([7, -7, lo, 3], dt), np.array([0, 1, 0, 1]), np.array([0, 2, 3, 4])), shape=(3, 2))
+    B = sp.csr_array((np.array([0, 2, -1, 0], dt), np.array([0, 1, 0, 1]), np.array([0, 2, 3, 4])), shape=(3, 2))
+    bits_equal(sc.evaluate(f"C[i,j] = stored(A[i,j] {{op}} B[i,j])", A=A, B=B), eval(f"A.toarray() {{op}} B.toarray()"))
+    # a literal 0 divisor on a sparse operand
+    bits_equal(sc.evaluate(f"C[i,j] = A[i,j] {{op}} 0", A=A), eval(f"A.toarray() {{op}} dt.type(0)"))
+# a semiring whose multiply divides
+x2 = np.array([3, 0, -4], dtype=dt)
+A = sp.csr_array(np.array([[6, 0, 8], [0, 5, 0]], dtype=dt))
+got = sc.einsum("ij,j->i", A, x2, semiring=sc.Semiring("plus", "a // b"))
+want = np.array([6 // 3 + 8 // -4, 0], dtype=dt)   # 5 // 0 == 0 takes part
+bits_equal(got, want)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_integer_division_by_zero_and_minus_one(dtype):
+    run_py(INT_DIV.format(dtype=dtype))
