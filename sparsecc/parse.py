@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from .errors import OperandError, ParseError
 from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce,
-                   Statement, Stored, Unary, Where, accesses, free_indices, used_indices, walk)
+                   Statement, Stored, Unary, Where, accesses, fold, free_indices, used_indices, walk)
 
 #: functions of two arguments in index notation, and the IR op each is
 _FUNCTIONS2 = {"min": "min", "max": "max", "pow": "pow", "pair": "pair", "first": "first",
@@ -283,9 +283,7 @@ def parse_notation(text: str) -> Statement:
     for r in rhs:
         if r not in idx:
             expr = _place_sum(expr, r)
-    return Statement(out, idx, expr, names)
-
-
+    return Statement(out, idx, fold(expr), names)
 
 
 def looks_like_notation(text: str) -> bool:

@@ -76,3 +76,34 @@ print("ok")
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_integer_division_by_zero_and_minus_one(dtype):
     run_py(INT_DIV.format(dtype=dtype))
+
+
+# ------------------------------------------------------------- float constants (issue 1)
+
+CONSTANTS = ["1e-5", "1e30", "0.1", "-0.0", "1e39", "2.5e-45", "1.7976931348623157e308", "5e-324", "3",
+             "(1e-5+2.5e-7j)", "0.1j"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_float_constants_round_trip_bit_exactly(dtype):
+    x = np.ones(3, dtype=dtype)
+    for c in CONSTANTS:
+        if "j" in c and dtype.startswith("float"):
+            continue
+        with np.errstate(all="ignore"):
+            want = x * eval(c)
+        bits_equal(sc.evaluate(f"y[i] = x[i] * {c}", x=x), want)
+
+
+def test_exponent_constant_in_a_sparse_statement():
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 2.0]]))
+    x = np.array([3.0, 4.0])
+    bits_equal(sc.evaluate("y[i] = A[i,j] * x[j] + 1e-5", A=A, x=x), A.toarray() @ x + 1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_semiring_identity_in_exponent_form(dtype):
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 0.0]], dtype=dtype))
+    x = np.array([3.0, 4.0], dtype=dtype)
+    got = sc.einsum("ij,j->i", A, x, semiring=sc.Semiring("min", "plus", identity=1e30))
+    bits_equal(got, np.array([4.0, 1e30], dtype=dtype))

@@ -29,7 +29,7 @@ from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
-                    Where, accesses, free_indices, infer_dtypes, walk)
+                    Where, accesses, fold, free_indices, infer_dtypes, walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 
@@ -112,13 +112,23 @@ def _const_text(value, row: dt.DType) -> tuple[str, str]:
             f": {row.mlir}", row.mlir)
 
 
-def _float_lit(v: float, ty: str = "f64") -> str:
-    """A float literal; NaN and infinities as hex bit patterns of the type's width."""
-    if np.isnan(v) or np.isinf(v):
-        bits = np.array(v, dtype=np.float32 if ty == "f32" else np.float64)
-        return "0x" + bits.view(np.uint32 if ty == "f32" else np.uint64).item().to_bytes(
-            bits.itemsize, "big").hex().upper()
-    return repr(float(v))
+def _float_lit(v, ty: str = "f64") -> str:
+    """A float literal MLIR reads back as exactly ``v`` rounded to ``ty`` (f32/f64).
+
+    MLIR's lexer needs a ``.`` in a decimal float (``1e-05`` is not one) and converts a
+    decimal through ``double`` (for f32 a second rounding), so decimals are written only
+    when they read back bit-exactly; everything else (NaN with its payload, infinities,
+    float32 values such as 0.1f) as the hex bit pattern of the type's width."""
+    with np.errstate(over="ignore"):     # 1e39 as f32 is inf, as in numpy
+        x = (np.float32 if ty == "f32" else np.float64)(v)
+    if np.isfinite(x):
+        text = repr(float(x))
+        if "." not in text:
+            mant, _, exp = text.partition("e")
+            text = f"{mant}.0e{exp}" if exp else f"{mant}.0"
+        if np.float64(float(text)).astype(x.dtype).tobytes() == x.tobytes() and float(text) == float(x):
+            return text
+    return "0x" + x.view(np.uint32 if ty == "f32" else np.uint64).item().to_bytes(x.itemsize, "big").hex().upper()
 
 
 def _body_type(row: dt.DType) -> str:
@@ -397,7 +407,12 @@ class _Body:
         # prove non-zero, so it goes through a unary region (0 / s stays unstored, as x / c)
         scalar_divisor = (e.op == "/" and sl and bool(accesses(e.right))
                           and all(a in self.invariants for a in accesses(e.right)))
-        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr)) and not scalar_divisor):
+        # x / c by a constant c with 0 / c != 0 (0, nan): the sparsifier only admits a divisor
+        # it proves non-zero, so this also goes through a unary region (its absent value 0 / c)
+        with np.errstate(all="ignore"):
+            odd_divisor = e.op == "/" and isinstance(e.right, Const) and bool(np.asarray(0.0 / np.asarray(e.right.value)) != 0)
+        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr)) and not scalar_divisor
+                                    and not odd_divisor):
             a, b = self.value(e.left, lrow), self.value(e.right, rrow)
             return self.apply(e.op, a, b, in_row, row, rows)
         # In a loop over a sparse operand: the op in the regions of sparse_tensor.binary/unary,
@@ -429,7 +444,7 @@ class _Body:
             elif not self.stored:
                 with np.errstate(all="ignore"):
                     zero = np.zeros((), srow.numpy)
-                    cval = _fold(other)
+                    cval = fold(other).value
                     f0 = BINARY_NP[e.op](zero, cval) if k == 0 else BINARY_NP[e.op](cval, zero)
                 if np.asarray(f0) != 0:
                     absent = [f"sparse_tensor.yield {self.absent_constant(np.asarray(f0).item(), row)} : {out_t}"]
@@ -592,22 +607,6 @@ def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
     return new
 
 
-def _fold(e: Expr):
-    """The value of a constant-only expression, as NumPy computes it."""
-    from ..expr import UNARY
-    if isinstance(e, Const):
-        return e.value
-    if isinstance(e, Unary):
-        return UNARY[e.fn](_fold(e.arg))
-    if isinstance(e, Binary):
-        return BINARY_NP[e.op](_fold(e.left), _fold(e.right))
-    if isinstance(e, Where):
-        return np.where(_fold(e.cond), _fold(e.left), _fold(e.right))
-    if isinstance(e, Stored):
-        return _fold(e.body)
-    raise AssertionError(e)
-
-
 def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
     shape = "x".join(["?"] * rank)
     t = f"{shape}x{row.storage}" if rank else row.storage
@@ -632,6 +631,8 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     kernel skips its serial ``linalg.fill`` unless the result starts from another identity.
     Ahead-of-time kernels keep the fill: C callers pass any buffer.
     """
+    # constant subexpressions are computed here, by NumPy (values exactly NumPy's)
+    stmt = Statement(stmt.output, stmt.indices, fold(stmt.expr), stmt.operands)
     node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
     out_row = _row(node_dtypes[stmt.expr])
     encs: dict[str, str] = {}
