@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
+from sparsecc.expr import accesses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,3 +108,46 @@ def test_semiring_identity_in_exponent_form(dtype):
     x = np.array([3.0, 4.0], dtype=dtype)
     got = sc.einsum("ij,j->i", A, x, semiring=sc.Semiring("min", "plus", identity=1e30))
     bits_equal(got, np.array([4.0, 1e30], dtype=dtype))
+
+
+# ------------------------------------------------- emission is a pure function (issue 2)
+
+# kernels whose MLIR has hoisted values (absent constants, monoid identities, op(0, s))
+ORDER_KERNELS = ["B[i,j] = exp(A[i,j]) * (1+2j)", "y[i] = min[j](A[i,j] + x[j])", "B[i,j] = A[i,j] - s"]
+
+
+def _order_ir(order):
+    from sparsecc.dialect.emit import emit_kernel
+    from sparsecc.formats import resolve
+    from sparsecc.parse import parse_notation
+    out = {}
+    for k in order:
+        stmt = parse_notation(ORDER_KERNELS[k])
+        fmts = {n: resolve("csr" if n == "A" else "dense", len(next(a.indices for a in accesses(stmt.expr)
+                                                                      if a.tensor == n)))
+                for n in stmt.operands}
+        out[k] = emit_kernel(stmt, fmts, {n: "float64" for n in stmt.operands})[0]
+    return out
+
+
+def test_emitted_ir_does_not_depend_on_what_was_emitted_before():
+    first = _order_ir([0, 1, 2])
+    again = _order_ir([2, 1, 0, 2])
+    assert all(first[k] == again[k] for k in first)
+
+
+def test_second_process_compiling_in_another_order_hits_the_disk_cache(tmp_path):
+    code = """
+    import numpy as np, scipy.sparse as sp, sparsecc as sc
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 2.0]])); x = np.ones(2)
+    calls = {{"a": lambda: sc.evaluate("y[i] = min[j](A[i,j] + x[j])", A=A, x=x),
+             "b": lambda: sc.evaluate("B[i,j] = A[i,j] - s", A=A, s=1.5),
+             "c": lambda: sc.evaluate("B[i,j] = exp(A[i,j]) * (1+2j)", A=A)}}
+    for k in "{order}":
+        calls[k]()
+    print(sc.cache_info().misses, "{order}", "ok")
+    """
+    env = {"SPARSECC_CACHE_DIR": str(tmp_path)}
+    assert run_py(code.format(order="abc"), env).split()[0] == "3"
+    assert run_py(code.format(order="cb"), env).split()[0] == "0"
+    assert run_py(code.format(order="b"), env).split()[0] == "0"

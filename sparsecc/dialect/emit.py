@@ -138,8 +138,12 @@ def _body_type(row: dt.DType) -> str:
 class _Body:
     """SSA lines of one ``linalg.generic`` body."""
 
-    def __init__(self, node_dtypes, sparse_loop: bool, sparse_names=frozenset(), dims=None):
+    def __init__(self, node_dtypes, sparse_loop: bool, sparse_names=frozenset(), dims=None, ids=None):
         self.lines: list[str] = []
+        # names of values hoisted in front of the generic, unique in the function: a counter
+        # of the function being emitted (never a global one - the MLIR text, and so the
+        # disk-cache key, must not depend on what the process emitted before)
+        self.ids = ids if ids is not None else itertools.count()
         self.n = 0
         self.node_dtypes = node_dtypes
         self.sparse_loop = sparse_loop
@@ -186,12 +190,12 @@ class _Body:
         text = _const_text(value, row)[0]
         if text.startswith("arith."):
             return self.emit(text)
-        c = f"%absent{next(_hoist_ids)}"
+        c = f"%absent{next(self.ids)}"
         self.hoisted.append(f"{c} = {text}")
         return c
 
     def hoist_constant(self, value, row: dt.DType) -> str:
-        c = f"%hoisted{next(_hoist_ids)}"
+        c = f"%hoisted{next(self.ids)}"
         self.hoisted.append(f"{c} = {_const_text(value, row)[0]}")
         return c
 
@@ -434,7 +438,7 @@ class _Body:
                 pass
             elif not self.stored and accesses(other):
                 # op(0, s) of a scalar operand: computed once before the loops
-                outer, self.lines, self.prefix = self.lines, [], f"h{next(_hoist_ids)}_"
+                outer, self.lines, self.prefix = self.lines, [], f"h{next(self.ids)}_"
                 z = self.emit(_const_text(0, srow)[0])
                 c = self.value(other, rows[1 - k])
                 r = self.apply(e.op, *((z, c) if k == 0 else (c, z)), in_row, row, rows)
@@ -572,7 +576,7 @@ class _Body:
             if text.startswith("arith."):
                 c = self.emit(text)
             else:
-                c = f"%absent{next(_hoist_ids)}"
+                c = f"%absent{next(self.ids)}"
                 self.hoisted.append(f"{c} = {text}")
             absent = [f"sparse_tensor.yield {c} : {tout}"]
         v = self.fresh()
@@ -583,8 +587,6 @@ class _Body:
             (f"{ind}  " + f"{ind}  ".join(absent) + f"{ind}" if absent else "") + "}")
         return v
 
-
-_hoist_ids = itertools.count()
 
 
 def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
@@ -739,6 +741,7 @@ class _Function:
         self.split = False                # the split retry (see emit_kernel)
         self.deallocs: list[str] = []     # dense temporaries, freed before returning
         self.n = 0
+        self.hoist_ids = itertools.count()   # hoisted values of every generic's body
 
     def fresh(self, stem: str) -> str:
         self.n += 1
@@ -1032,7 +1035,7 @@ class _Function:
         maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in out_idx)})>")
         iters = ", ".join('"parallel"' if i in out_idx else '"reduction"' for i in dims)
         body = _Body(self.node_dtypes, sparse_loop, frozenset(a.tensor for a in ins if a.tensor in self.encs),
-                     {i: k for k, i in enumerate(dims)})
+                     {i: k for k, i in enumerate(dims)}, ids=self.hoist_ids)
         body.stored = red_op != "sum" and bool(red_idx)
         bargs = []
         body.args.update(invariants)
