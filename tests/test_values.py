@@ -151,3 +151,34 @@ def test_second_process_compiling_in_another_order_hits_the_disk_cache(tmp_path)
     assert run_py(code.format(order="abc"), env).split()[0] == "3"
     assert run_py(code.format(order="cb"), env).split()[0] == "0"
     assert run_py(code.format(order="b"), env).split()[0] == "0"
+
+
+# ------------------------------------------------------ float // and % like NumPy (issue 4)
+
+EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 7.0, -7.0, 2.0, -2.0, 0.5, -1.5, 1e-300, -1e-300, 1e300, -1e300,
+         5e-324, 1.7976931348623157e308]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["//", "%"])
+def test_float_floor_division_and_remainder_match_numpy(dtype, op):
+    with np.errstate(all="ignore"):
+        e = np.array(EDGES, dtype=dtype)
+    a, b = np.repeat(e, len(e)), np.tile(e, len(e))
+    with np.errstate(all="ignore"):
+        want = a // b if op == "//" else a % b
+        got = sc.evaluate(f"y[i] = stored(a[i] {op} b[i])", a=a, b=b)
+    bits_equal(got, want)
+    # by a scalar operand, and on a sparse operand (unstored entries are 0 // s)
+    for s in (np.inf, -0.0, 0.0, -2.0):
+        s = np.asarray(s, dtype=dtype)
+        with np.errstate(all="ignore"):
+            bits_equal(sc.evaluate(f"y[i] = a[i] {op} s", a=a, s=s), a // s if op == "//" else a % s)
+    A = sp.csr_array(np.array([[7.0, 0.0, -7.0], [0.0, np.inf, 0.0]], dtype=dtype))
+    with np.errstate(all="ignore"):
+        want = A.toarray() // dtype_t(dtype)(-np.inf) if op == "//" else A.toarray() % dtype_t(dtype)(-np.inf)
+    bits_equal(sc.evaluate(f"B[i,j] = A[i,j] {op} s", A=A, s=dtype_t(dtype)(-np.inf)), want)
+
+
+def dtype_t(dtype):
+    return np.dtype(dtype).type
