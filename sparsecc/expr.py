@@ -361,6 +361,9 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             try:
                 with np.errstate(all="ignore"):
                     dt = np.asarray(fn(*args)).dtype
+            except ValueError as err:     # pow(x[i], -1) on integers
+                raise DTypeError(f"{show(e)}: numpy refuses this for {', '.join(str(k) for k in kids)} "
+                                 f"({err}); for a float result write the exponent as a float (-1.0)") from None
             except (TypeError, OverflowError) as err:
                 names = ", ".join(str(k) for k in kids)
                 what = e.fn if isinstance(e, Unary) else "where" if isinstance(e, Where) else f"'{e.op}'"

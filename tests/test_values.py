@@ -182,3 +182,48 @@ def test_float_floor_division_and_remainder_match_numpy(dtype, op):
 
 def dtype_t(dtype):
     return np.dtype(dtype).type
+
+
+# ------------------------------------------- statements that did not compile (issue 5)
+
+def test_integer_pow():
+    x = np.array([3, -2, 0, 7, 2**40, 1, -1], dtype=np.int64)
+    bits_equal(sc.evaluate("y[i] = pow(x[i], 2)", x=x), x ** 2)
+    bits_equal(sc.evaluate("y[i] = pow(x[i], 3)", x=x.astype(np.int32)), x.astype(np.int32) ** 3)
+    for e in (0, 1, 5, 63):
+        bits_equal(sc.evaluate("y[i] = pow(x[i], e)", x=x, e=e), x ** e)
+    v = np.array([0, 1, 2, 63, 62, 9, 4])
+    bits_equal(sc.evaluate("y[i] = stored(pow(x[i], v[i]))", x=x, v=v), x ** v)
+    Ai = sp.csr_array(np.array([[3, 0], [-2, 5]], dtype=np.int32))
+    bits_equal(sc.ops.pow(Ai, 2), Ai.toarray() ** 2)
+    bits_equal(sc.evaluate("B[i,j] = pow(A[i,j], 3)", A=Ai), Ai.toarray() ** 3)
+
+
+def test_negative_integer_power():
+    x = np.array([3, -2], dtype=np.int64)
+    with pytest.raises(sc.DTypeError, match="pow.*-1.0"):
+        sc.evaluate("y[i] = pow(x[i], -1)", x=x)
+    A = sp.csr_array(np.array([[1.0, 0.0], [-2.0, 4.0]]))        # float: NumPy's 1 / A
+    with np.errstate(all="ignore"):
+        bits_equal(sc.evaluate("B[i,j] = pow(A[i,j], -1)", A=A), np.power(A.toarray(), -1))
+
+
+@pytest.mark.parametrize("stmt, fn", [
+    ("B[i,j] = A[i,j] / 0", lambda a: a / 0),
+    ("B[i,j] = A[i,j] / (1 - 1)", lambda a: a / 0),
+    ("B[i,j] = min(A[i,j], tanh(0.5))", lambda a: np.minimum(a, np.tanh(0.5))),
+    ("B[i,j] = A[i,j] < abs(3)", lambda a: a < 3),
+    ("B[i,j] = max(A[i,j], exp(-(1e-5)))", lambda a: np.maximum(a, np.exp(-(1e-5)))),
+    ("B[i,j] = A[i,j] * (2 // 0 + 1e30)", lambda a: a * 1e30),   # constants of Python scalars stay weak
+])
+def test_constant_subexpressions(stmt, fn):
+    A = sp.csr_array(np.array([[1.0, 0.0, -3.0], [0.0, 2.5, 0.0]], dtype=np.float32))
+    with np.errstate(all="ignore"):
+        bits_equal(sc.evaluate(stmt, A=A), fn(A.toarray()))
+
+
+def test_constant_nodes_keep_their_type():
+    x = np.array([1, 2, 3])
+    bits_equal(sc.evaluate("y[i] = x[i]*1 + x[i]*1.0", x=x), x * 1 + x * 1.0)
+    x32 = np.ones(2, np.complex64)
+    bits_equal(sc.evaluate("y[i] = x[i] * (1e-5 + 2.5e-7j)", x=x32), x32 * (1e-5 + 2.5e-7j))

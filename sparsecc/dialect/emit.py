@@ -325,7 +325,7 @@ class _Body:
             if k == "float":
                 return self.emit(f"math.powf {a}, {b} : {bt}")
             if k == "int":
-                return self.emit(f"math.ipowi {a}, {b} : {bt}")
+                return self.int_pow(a, b, bt)
             if k == "complex":
                 return self.emit(f"complex.pow {a}, {b} : {bt}")
             raise DTypeError(f"pow of {row.name} values is not supported")
@@ -345,6 +345,42 @@ class _Body:
             return self.emit(_const_text(1, row)[0])
         src = rows[0] if op == "first" else rows[1]
         return self.cast(a if op == "first" else b, src, row)
+
+    def int_pow(self, a: str, b: str, t: str) -> str:
+        """``a ** b`` on integers (wrapping like NumPy): square-and-multiply in an
+        ``scf.while`` over the bits of ``b`` (MLIR 22 cannot lower ``math.ipowi`` here).
+        A negative exponent, which NumPy refuses (a constant one is refused before
+        compiling), gives the truncated ``1 / a ** -b``: 1 for a == 1, +-1 for a == -1, else 0."""
+        e = self.emit
+        zero, one, m1 = e(f"arith.constant 0 : {t}"), e(f"arith.constant 1 : {t}"), e(f"arith.constant -1 : {t}")
+        neg = e(f"arith.cmpi slt, {b}, {zero} : {t}")
+        start = e(f"arith.select {neg}, {zero}, {b} : {t}")
+        r, bs, rs = self.fresh(), self.fresh(), self.fresh()
+        c, x, y = self.fresh(), self.fresh(), self.fresh()
+        odd, m, r2, b2, s2 = (self.fresh() for _ in range(5))
+        w = self.fresh()
+        tt = f"{t}, {t}, {t}"
+        ind = "\n          "
+        self.lines.append(
+            f"{w}:3 = scf.while ({r} = {one}, {bs} = {a}, {rs} = {start}) : ({tt}) -> ({tt}) {{{ind}"
+            f"{c} = arith.cmpi ne, {rs}, {zero} : {t}{ind}"
+            f"scf.condition({c}) {r}, {bs}, {rs} : {tt}{ind}"
+            f"}} do {{{ind}^bb0({r}x: {t}, {bs}x: {t}, {rs}x: {t}):{ind}"
+            f"{x} = arith.andi {rs}x, {one} : {t}{ind}"
+            f"{odd} = arith.cmpi ne, {x}, {zero} : {t}{ind}"
+            f"{m} = arith.muli {r}x, {bs}x : {t}{ind}"
+            f"{r2} = arith.select {odd}, {m}, {r}x : {t}{ind}"
+            f"{b2} = arith.muli {bs}x, {bs}x : {t}{ind}"
+            f"{s2} = arith.shrui {rs}x, {one} : {t}{ind}"
+            f"scf.yield {r2}, {b2}, {s2} : {tt}{ind}}}")
+        del y
+        res = f"{w}#0"
+        is1 = e(f"arith.cmpi eq, {a}, {one} : {t}")
+        is_m1 = e(f"arith.cmpi eq, {a}, {m1} : {t}")
+        odd_b = e(f"arith.cmpi ne, {e(f'arith.andi {b}, {one} : {t}')}, {zero} : {t}")
+        sign = e(f"arith.select {odd_b}, {m1}, {one} : {t}")
+        inv = e(f"arith.select {is_m1}, {sign}, {e(f'arith.select {is1}, {one}, {zero} : {t}')} : {t}")
+        return e(f"arith.select {neg}, {inv}, {res} : {t}")
 
     def int_divmod(self, op: str, a: str, b: str, t: str) -> str:
         """NumPy's integer ``a // b`` or ``a % b``, with no trap: ``x // 0 == x % 0 == 0``,
