@@ -178,6 +178,22 @@ def show(e: Expr) -> str:
     return f"{e.op}[{','.join(e.indices)}]({show(e.body)})"
 
 
+#: the deepest expression sparsecc accepts (nodes from the root to a leaf; parentheses and
+#: function calls nest the parser as deep): a sum of 100 terms is 100 levels deep.  Deeper
+#: trees would exhaust Python's stack in the tree walkers and the emitter.
+MAX_DEPTH = 100
+
+
+def depth(e: Expr) -> int:
+    """Levels of ``e`` (a leaf is 1); iterative, so any depth can be measured."""
+    best, stack = 0, [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(node))
+    return best
+
+
 def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Unary):
         return (e.arg,)

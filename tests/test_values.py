@@ -227,3 +227,36 @@ def test_constant_nodes_keep_their_type():
     bits_equal(sc.evaluate("y[i] = x[i]*1 + x[i]*1.0", x=x), x * 1 + x * 1.0)
     x32 = np.ones(2, np.complex64)
     bits_equal(sc.evaluate("y[i] = x[i] * (1e-5 + 2.5e-7j)", x=x32), x32 * (1e-5 + 2.5e-7j))
+
+
+# ------------------------------------------------ errors that name the mistake (issue 6)
+
+@pytest.mark.parametrize("stmt, match", [
+    ("s = 2", "reads no operand"),
+    ("y[i] = sum[j](sum[j](A[i,j]))", "already reduces"),
+    ("y[i] = x[i] * index(k)", "'k' indexes no operand"),
+    ("y[i] = " + "(" * 500 + "x[i]" + ")" * 500, "nest more than 100"),
+    ("y[i] = " + "+".join(["x[i]"] * 1000), "1000 levels deep"),
+    ("y[i] = " + "-".join(["A[i,j]"] * 101), "levels deep"),
+])
+def test_errors_name_the_mistake(stmt, match):
+    A = sp.csr_array(np.eye(3))
+    x = np.ones(3)
+    ops = {k: v for k, v in (("A", A), ("x", x)) if f"{k}[" in stmt}
+    with pytest.raises(sc.ParseError, match=match):
+        sc.evaluate(stmt, **ops)
+
+
+def test_deepest_accepted_expression():
+    x = np.arange(3.0)
+    terms = "+".join(["x[i]"] * 100)                 # 100 levels: the limit
+    want = x.copy()
+    for _ in range(99):
+        want = want + x
+    bits_equal(sc.evaluate(f"y[i] = {terms}", x=x), want)
+    # the emitter walks such a tree inside sparse regions without exhausting the stack
+    from sparsecc.dialect.emit import emit_kernel
+    from sparsecc.formats import resolve
+    from sparsecc.parse import parse_notation
+    stmt = parse_notation("B[i,j] = " + "+".join(["exp(A[i,j])"] * 49) + " - " + "(" * 90 + "A[i,j]" + ")" * 90)
+    assert "sparse_tensor.unary" in emit_kernel(stmt, {"A": resolve("csr", 2)}, {"A": "float64"})[0]
