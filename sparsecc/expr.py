@@ -254,8 +254,8 @@ def fold(e: Expr) -> Expr:
     """``e`` with every subexpression of constants only replaced by its value, computed by
     NumPy on scalars of the constants' dtypes (so the value is the one NumPy gives, rounding,
     overflow and division by zero included).  An operator of Python scalars stays a Python
-    scalar (weak, as Python would have computed it before NumPy sees it); a function of a
-    constant is a NumPy scalar (strong, as ``np.tanh(0.5)`` is).  Iterative: any depth."""
+    scalar (weak, as Python would have computed it before NumPy sees it; unary minus too); a
+    function of a constant is a NumPy scalar (strong, as ``np.tanh(0.5)`` is).  Iterative: any depth."""
     done: dict[int, Expr] = {}
     stack = [(e, False)]
     while stack:
@@ -304,7 +304,7 @@ def _fold_node(node: Expr, kids: tuple) -> Expr:
     except (TypeError, OverflowError, ValueError) as err:
         raise DTypeError(f"{show(rebuilt)}: numpy refuses this for these constants ({err})") from None
     out = np.asarray(out)[()]
-    if weak and isinstance(node, Binary):
+    if weak and (isinstance(node, Binary) or node.fn == "neg"):   # operators, not functions
         return Const(out.item())
     return Const(out)
 
