@@ -415,10 +415,7 @@ class _Body:
         e = self.emit
         zero, one, half = (e(f"arith.constant {v} : {t}") for v in ("0.0", "1.0", "0.5"))
         mod = e(f"arith.remf {a}, {b} : {t}")
-        if op == "%":
-            b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
-        quot = e(f"arith.divf {a}, {b} : {t}")
-        div = e(f"arith.divf {e(f'arith.subf {a}, {mod} : {t}')}, {b} : {t}")
+        b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
         mnz = e(f"arith.cmpf une, {mod}, {zero} : {t}")
         bneg = e(f"arith.cmpf olt, {b}, {zero} : {t}")
         mneg = e(f"arith.cmpf olt, {mod}, {zero} : {t}")
@@ -427,7 +424,8 @@ class _Body:
             m = e(f"arith.select {fix}, {e(f'arith.addf {mod}, {b} : {t}')}, {mod} : {t}")
             m = e(f"arith.select {mnz}, {m}, {e(f'math.copysign {zero}, {b} : {t}')} : {t}")
             return e(f"arith.select {b0}, {mod}, {m} : {t}")
-        b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
+        quot = e(f"arith.divf {a}, {b} : {t}")
+        div = e(f"arith.divf {e(f'arith.subf {a}, {mod} : {t}')}, {b} : {t}")
         div = e(f"arith.select {fix}, {e(f'arith.subf {div}, {one} : {t}')}, {div} : {t}")
         fl = e(f"math.floor {div} : {t}")
         up = e(f"arith.cmpf ogt, {e(f'arith.subf {div}, {fl} : {t}')}, {half} : {t}")
