@@ -21,6 +21,7 @@ UNARY = {
     "ceil": np.ceil, "floor": np.floor,
 }
 BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
+          "%": np.remainder,
           "min": np.minimum, "max": np.maximum, "pow": np.power,
           "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
           "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
@@ -52,9 +53,26 @@ class Access:
     indices: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Const:
-    value: Union[bool, int, float, complex]
+    """A constant.  A Python scalar is weak in NumPy's promotion rules (``2.5 * x[i]`` keeps
+    float32); a NumPy scalar (a folded function of constants, ``tanh(0.5)``) is strong.
+    Equal only to a constant of the same type and bits (``1``, ``1.0``, ``True``, ``0.0`` and
+    ``-0.0`` differ, ``nan`` equals itself), so equal trees have equal dtypes and values."""
+
+    value: Union[bool, int, float, complex, np.generic]
+
+    def _key(self):
+        v = self.value
+        if isinstance(v, (float, complex, np.inexact)):
+            return type(v), np.asarray(v).tobytes()
+        return type(v), v
+
+    def __eq__(self, other):
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +160,7 @@ def show(e: Expr) -> str:
         shown = e.tensor if not e.tensor.startswith("#") else f"T{e.tensor[1:]}"
         return f"{shown}[{','.join(e.indices)}]" if e.indices else shown
     if isinstance(e, Const):
-        return repr(e.value)
+        return repr(e.value.item() if isinstance(e.value, np.generic) else e.value)
     if isinstance(e, Unary):
         return f"{e.fn}({show(e.arg)})"
     if isinstance(e, Binary):
@@ -158,6 +176,22 @@ def show(e: Expr) -> str:
     if isinstance(e, Dense):
         return f"dense({show(e.body)})"
     return f"{e.op}[{','.join(e.indices)}]({show(e.body)})"
+
+
+#: the deepest expression sparsecc accepts (nodes from the root to a leaf; parentheses and
+#: function calls nest the parser as deep): a sum of 100 terms is 100 levels deep.  Deeper
+#: trees would exhaust Python's stack in the tree walkers and the emitter.
+MAX_DEPTH = 100
+
+
+def depth(e: Expr) -> int:
+    """Levels of ``e`` (a leaf is 1); iterative, so any depth can be measured."""
+    best, stack = 0, [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(node))
+    return best
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -207,6 +241,72 @@ def free_indices(e: Expr) -> tuple[str, ...]:
     for c in children(e):
         seen.update(dict.fromkeys(free_indices(c)))
     return tuple(seen)
+
+
+# ----------------------------------------------------------------------------- folding
+
+
+def _is_const(e: Expr) -> bool:
+    return isinstance(e, Const)
+
+
+def fold(e: Expr) -> Expr:
+    """``e`` with every subexpression of constants only replaced by its value, computed by
+    NumPy on scalars of the constants' dtypes (so the value is the one NumPy gives, rounding,
+    overflow and division by zero included).  An operator of Python scalars stays a Python
+    scalar (weak, as Python would have computed it before NumPy sees it; unary minus too); a
+    function of a constant is a NumPy scalar (strong, as ``np.tanh(0.5)`` is).  Iterative: any depth."""
+    done: dict[int, Expr] = {}
+    stack = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        kids = children(node)
+        if not expanded and kids:
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in done)
+            continue
+        new_kids = tuple(done[id(c)] for c in kids)
+        done[id(node)] = _fold_node(node, new_kids)
+    return done[id(e)]
+
+
+def _fold_node(node: Expr, kids: tuple) -> Expr:
+    if not kids:
+        return node
+    if isinstance(node, Unary):
+        rebuilt = Unary(node.fn, kids[0])
+    elif isinstance(node, Binary):
+        rebuilt = Binary(node.op, *kids)
+    elif isinstance(node, Where):
+        rebuilt = Where(*kids)
+    elif isinstance(node, Reduce):
+        return Reduce(node.op, node.indices, kids[0], node.identity)
+    elif isinstance(node, Stored):
+        return Stored(kids[0])
+    elif isinstance(node, Dense):
+        return Dense(kids[0])
+    else:
+        return node
+    if not all(isinstance(k, Const) for k in kids):
+        return rebuilt
+    vals = [k.value for k in kids]
+    weak = all(not isinstance(v, np.generic) for v in vals)
+    try:
+        # NumPy scalars of each constant's dtype (a Python int beyond int64 is refused)
+        args = [v if isinstance(v, np.generic) else np.asarray(v)[()] for v in vals]
+        with np.errstate(all="ignore"):
+            if isinstance(node, Unary):
+                out = UNARY[node.fn](args[0])
+            elif isinstance(node, Where):
+                out = np.where(*args)
+            else:
+                out = BINARY[node.op](*args)
+    except (TypeError, OverflowError, ValueError) as err:
+        raise DTypeError(f"{show(rebuilt)}: numpy refuses this for these constants ({err})") from None
+    out = np.asarray(out)[()]
+    if weak and (isinstance(node, Binary) or node.fn == "neg"):   # operators, not functions
+        return Const(out.item())
+    return Const(out)
 
 
 # --------------------------------------------------------------------------- inference
@@ -277,6 +377,9 @@ def infer_dtypes(stmt: Statement, dtypes: dict[str, np.dtype]) -> dict[Expr, np.
             try:
                 with np.errstate(all="ignore"):
                     dt = np.asarray(fn(*args)).dtype
+            except ValueError as err:     # pow(x[i], -1) on integers
+                raise DTypeError(f"{show(e)}: numpy refuses this for {', '.join(str(k) for k in kids)} "
+                                 f"({err}); for a float result write the exponent as a float (-1.0)") from None
             except (TypeError, OverflowError) as err:
                 names = ", ".join(str(k) for k in kids)
                 what = e.fn if isinstance(e, Unary) else "where" if isinstance(e, Where) else f"'{e.op}'"

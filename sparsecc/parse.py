@@ -10,8 +10,8 @@ import re
 from functools import lru_cache
 
 from .errors import OperandError, ParseError
-from .expr import (COMPARISONS, REDUCTIONS, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce,
-                   Statement, Stored, Unary, Where, accesses, free_indices, used_indices, walk)
+from .expr import (COMPARISONS, MAX_DEPTH, REDUCTIONS, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce,
+                   Statement, Stored, Unary, Where, accesses, depth, fold, free_indices, used_indices, walk)
 
 #: functions of two arguments in index notation, and the IR op each is
 _FUNCTIONS2 = {"min": "min", "max": "max", "pow": "pow", "pair": "pair", "first": "first",
@@ -70,7 +70,7 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
 _TOKEN = re.compile(r"""
     (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?j?)
   | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op>//|<=|>=|==|!=|[-+*/()\[\],=<>])
+  | (?P<op>//|<=|>=|==|!=|[-+*/%()\[\],=<>])
   | (?P<space>\s+)
   | (?P<bad>.)
 """, re.VERBOSE)
@@ -89,6 +89,7 @@ class _Parser:
             self.toks.append((kind, m.group(), m.start()))
         self.toks.append(("end", "", len(text)))
         self.k = 0
+        self.nest = 0             # parentheses / function calls open (bounded by MAX_DEPTH)
         self.stored_depth = 0     # inside stored(...) or a monoid reduction: x / y[i] is exact
 
     def fail(self, msg: str, pos: int | None = None):
@@ -130,6 +131,15 @@ class _Parser:
         return name, idx, expr
 
     def comparison(self) -> Expr:
+        self.nest += 1
+        if self.nest > MAX_DEPTH:
+            self.fail(f"parentheses and function calls nest more than {MAX_DEPTH} levels deep")
+        try:
+            return self._comparison()
+        finally:
+            self.nest -= 1
+
+    def _comparison(self) -> Expr:
         e = self.expr()
         if self.peek()[1] in COMPARISONS:
             op = self.take()[1]
@@ -156,10 +166,10 @@ class _Parser:
 
     def term(self) -> Expr:
         e = self.factor()
-        while self.peek()[1] in ("*", "/", "//"):
+        while self.peek()[1] in ("*", "/", "//", "%"):
             _, op, pos = self.take()
             rhs = self.factor()
-            if op in ("/", "//") and free_indices(rhs) and not self.stored_depth:
+            if op in ("/", "//", "%") and free_indices(rhs) and not self.stored_depth:
                 self.fail("division is only by a scalar (a constant or a scalar operand), or inside "
                           "stored(...), where only stored entries are divided; "
                           f"the divisor here has indices {','.join(free_indices(rhs))}", pos)
@@ -262,7 +272,15 @@ def parse_notation(text: str) -> Statement:
         raise ParseError(f"a statement must be a string, got {type(text).__name__}")
     p = _Parser(text)
     out, idx, expr = p.statement()
+    levels = depth(expr)          # before any recursive walk of the tree
+    if levels > MAX_DEPTH:
+        raise ParseError(f"the right-hand side is {levels} levels deep (a chain of {levels - 1} operators, "
+                         f"or nested calls); sparsecc accepts at most {MAX_DEPTH}: compute parts of it "
+                         f"as separate statements")
     names = tuple(dict.fromkeys(a.tensor for a in accesses(expr)))
+    if not names:
+        raise ParseError(f"{text!r}: the right-hand side reads no operand (an output must be computed "
+                         f"from at least one operand, e.g. 's = sum[i](x[i])')")
     if out in names:
         raise ParseError(f"{text!r}: the output {out!r} also appears on the right-hand side")
     ranks: dict[str, int] = {}
@@ -275,8 +293,16 @@ def parse_notation(text: str) -> Statement:
             for i in e.indices:
                 if i in idx:
                     raise ParseError(f"{text!r}: index '{i}' is both an output index and reduced by {e.op}[...]")
-                if i not in used_indices(e.body):
+                if i not in free_indices(e.body):
+                    if i in used_indices(e.body):
+                        raise ParseError(f"{text!r}: {e.op}[{i}] reduces index '{i}', which a reduction "
+                                         f"inside its body already reduces; reduce each index once")
                     raise ParseError(f"{text!r}: {e.op}[{i}] reduces an index its body does not use")
+    sized = {i for a in accesses(expr) for i in a.indices}
+    for e in walk(expr):
+        if isinstance(e, Index) and e.name not in sized:
+            raise ParseError(f"{text!r}: index({e.name}): '{e.name}' indexes no operand, so it has no size; "
+                             f"use an index that some operand has")
     rhs = free_indices(expr)
     for i in idx:
         if i not in rhs:
@@ -284,9 +310,7 @@ def parse_notation(text: str) -> Statement:
     for r in rhs:
         if r not in idx:
             expr = _place_sum(expr, r)
-    return Statement(out, idx, expr, names)
-
-
+    return Statement(out, idx, fold(expr), names)
 
 
 def looks_like_notation(text: str) -> bool:

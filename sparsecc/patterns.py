@@ -94,7 +94,10 @@ def _generic_binary(e: Binary, a: Pattern, b: Pattern) -> Pattern:
         c = _const_value(side)
         if c is not None:      # op with a constant: keeps the other side's pattern iff op(0, c) == 0
             with np.errstate(all="ignore"):
-                v = fn(0, c) if first else fn(c, 0)
+                try:
+                    v = fn(0, c) if first else fn(c, 0)
+                except ValueError:      # pow(x, -1): numpy refuses only integer zeros
+                    v = fn(0.0, c) if first else fn(c, 0.0)
             if bool(np.asarray(v) != 0):
                 return Pattern(True, why=why or f"'{show(e)}' is not 0 where {show(other)} is 0, so it stores "
                                                 f"a value at every entry")

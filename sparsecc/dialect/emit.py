@@ -29,7 +29,7 @@ from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
-                    Where, accesses, free_indices, infer_dtypes, walk)
+                    Where, accesses, fold, free_indices, infer_dtypes, walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 
@@ -112,13 +112,23 @@ def _const_text(value, row: dt.DType) -> tuple[str, str]:
             f": {row.mlir}", row.mlir)
 
 
-def _float_lit(v: float, ty: str = "f64") -> str:
-    """A float literal; NaN and infinities as hex bit patterns of the type's width."""
-    if np.isnan(v) or np.isinf(v):
-        bits = np.array(v, dtype=np.float32 if ty == "f32" else np.float64)
-        return "0x" + bits.view(np.uint32 if ty == "f32" else np.uint64).item().to_bytes(
-            bits.itemsize, "big").hex().upper()
-    return repr(float(v))
+def _float_lit(v, ty: str = "f64") -> str:
+    """A float literal MLIR reads back as exactly ``v`` rounded to ``ty`` (f32/f64).
+
+    MLIR's lexer needs a ``.`` in a decimal float (``1e-05`` is not one) and converts a
+    decimal through ``double`` (for f32 a second rounding), so decimals are written only
+    when they read back bit-exactly; everything else (NaN with its payload, infinities,
+    float32 values such as 0.1f) as the hex bit pattern of the type's width."""
+    with np.errstate(over="ignore"):     # 1e39 as f32 is inf, as in numpy
+        x = (np.float32 if ty == "f32" else np.float64)(v)
+    if np.isfinite(x):
+        text = repr(float(x))
+        if "." not in text:
+            mant, _, exp = text.partition("e")
+            text = f"{mant}.0e{exp}" if exp else f"{mant}.0"
+        if np.float64(float(text)).astype(x.dtype).tobytes() == x.tobytes() and float(text) == float(x):
+            return text
+    return "0x" + x.view(np.uint32 if ty == "f32" else np.uint64).item().to_bytes(x.itemsize, "big").hex().upper()
 
 
 def _body_type(row: dt.DType) -> str:
@@ -128,8 +138,12 @@ def _body_type(row: dt.DType) -> str:
 class _Body:
     """SSA lines of one ``linalg.generic`` body."""
 
-    def __init__(self, node_dtypes, sparse_loop: bool, sparse_names=frozenset(), dims=None):
+    def __init__(self, node_dtypes, sparse_loop: bool, sparse_names=frozenset(), dims=None, ids=None):
         self.lines: list[str] = []
+        # names of values hoisted in front of the generic, unique in the function: a counter
+        # of the function being emitted (never a global one - the MLIR text, and so the
+        # disk-cache key, must not depend on what the process emitted before)
+        self.ids = ids if ids is not None else itertools.count()
         self.n = 0
         self.node_dtypes = node_dtypes
         self.sparse_loop = sparse_loop
@@ -176,12 +190,12 @@ class _Body:
         text = _const_text(value, row)[0]
         if text.startswith("arith."):
             return self.emit(text)
-        c = f"%absent{next(_hoist_ids)}"
+        c = f"%absent{next(self.ids)}"
         self.hoisted.append(f"{c} = {text}")
         return c
 
     def hoist_constant(self, value, row: dt.DType) -> str:
-        c = f"%hoisted{next(_hoist_ids)}"
+        c = f"%hoisted{next(self.ids)}"
         self.hoisted.append(f"{c} = {_const_text(value, row)[0]}")
         return c
 
@@ -297,12 +311,12 @@ class _Body:
             if k not in ops:
                 raise DTypeError(f"'{op}' on {row.name} is not supported")
             return self.emit(f"{ops[k]} {a}, {b} : {bt}")
-        if op == "//":
+        if op in ("//", "%"):
             if k == "int":
-                return self.emit(f"arith.floordivsi {a}, {b} : {bt}")
+                return self.int_divmod(op, a, b, bt)
             if k == "float":
-                return self.emit(f"math.floor {self.emit(f'arith.divf {a}, {b} : {bt}')} : {bt}")
-            raise DTypeError(f"'//' on {row.name} is not supported")
+                return self.float_divmod(op, a, b, bt)
+            raise DTypeError(f"'{op}' on {row.name} is not supported")
         if op in _MINMAX:
             if k not in _MINMAX[op]:
                 raise DTypeError(f"{op} of {row.name} values is not supported")
@@ -311,7 +325,7 @@ class _Body:
             if k == "float":
                 return self.emit(f"math.powf {a}, {b} : {bt}")
             if k == "int":
-                return self.emit(f"math.ipowi {a}, {b} : {bt}")
+                return self.int_pow(a, b, bt)
             if k == "complex":
                 return self.emit(f"complex.pow {a}, {b} : {bt}")
             raise DTypeError(f"pow of {row.name} values is not supported")
@@ -332,6 +346,94 @@ class _Body:
         src = rows[0] if op == "first" else rows[1]
         return self.cast(a if op == "first" else b, src, row)
 
+    def int_pow(self, a: str, b: str, t: str) -> str:
+        """``a ** b`` on integers (wrapping like NumPy): square-and-multiply in an
+        ``scf.while`` over the bits of ``b`` (MLIR 22 cannot lower ``math.ipowi`` here).
+        A negative exponent, which NumPy refuses (a constant one is refused before
+        compiling), gives the truncated ``1 / a ** -b``: 1 for a == 1, +-1 for a == -1, else 0."""
+        e = self.emit
+        zero, one, m1 = e(f"arith.constant 0 : {t}"), e(f"arith.constant 1 : {t}"), e(f"arith.constant -1 : {t}")
+        neg = e(f"arith.cmpi slt, {b}, {zero} : {t}")
+        start = e(f"arith.select {neg}, {zero}, {b} : {t}")
+        r, bs, rs = self.fresh(), self.fresh(), self.fresh()
+        c, x, y = self.fresh(), self.fresh(), self.fresh()
+        odd, m, r2, b2, s2 = (self.fresh() for _ in range(5))
+        w = self.fresh()
+        tt = f"{t}, {t}, {t}"
+        ind = "\n          "
+        self.lines.append(
+            f"{w}:3 = scf.while ({r} = {one}, {bs} = {a}, {rs} = {start}) : ({tt}) -> ({tt}) {{{ind}"
+            f"{c} = arith.cmpi ne, {rs}, {zero} : {t}{ind}"
+            f"scf.condition({c}) {r}, {bs}, {rs} : {tt}{ind}"
+            f"}} do {{{ind}^bb0({r}x: {t}, {bs}x: {t}, {rs}x: {t}):{ind}"
+            f"{x} = arith.andi {rs}x, {one} : {t}{ind}"
+            f"{odd} = arith.cmpi ne, {x}, {zero} : {t}{ind}"
+            f"{m} = arith.muli {r}x, {bs}x : {t}{ind}"
+            f"{r2} = arith.select {odd}, {m}, {r}x : {t}{ind}"
+            f"{b2} = arith.muli {bs}x, {bs}x : {t}{ind}"
+            f"{s2} = arith.shrui {rs}x, {one} : {t}{ind}"
+            f"scf.yield {r2}, {b2}, {s2} : {tt}{ind}}}")
+        del y
+        res = f"{w}#0"
+        is1 = e(f"arith.cmpi eq, {a}, {one} : {t}")
+        is_m1 = e(f"arith.cmpi eq, {a}, {m1} : {t}")
+        odd_b = e(f"arith.cmpi ne, {e(f'arith.andi {b}, {one} : {t}')}, {zero} : {t}")
+        sign = e(f"arith.select {odd_b}, {m1}, {one} : {t}")
+        inv = e(f"arith.select {is_m1}, {sign}, {e(f'arith.select {is1}, {one}, {zero} : {t}')} : {t}")
+        return e(f"arith.select {neg}, {inv}, {res} : {t}")
+
+    def int_divmod(self, op: str, a: str, b: str, t: str) -> str:
+        """NumPy's integer ``a // b`` or ``a % b``, with no trap: ``x // 0 == x % 0 == 0``,
+        ``INT_MIN // -1 == INT_MIN`` (wraps), ``x % -1 == 0``.  The divisor is replaced by 1
+        where it is 0 or -1 (where LLVM's sdiv/srem are undefined) and the result selected."""
+        e = self.emit
+        zero, one, m1 = e(f"arith.constant 0 : {t}"), e(f"arith.constant 1 : {t}"), e(f"arith.constant -1 : {t}")
+        is0 = e(f"arith.cmpi eq, {b}, {zero} : {t}")
+        is_m1 = e(f"arith.cmpi eq, {b}, {m1} : {t}")
+        bad = e(f"arith.ori {is0}, {is_m1} : i1")
+        sb = e(f"arith.select {bad}, {one}, {b} : {t}")
+        if op == "//":
+            q = e(f"arith.floordivsi {a}, {sb} : {t}")
+            neg = e(f"arith.subi {zero}, {a} : {t}")            # a // -1, wrapping
+            q = e(f"arith.select {is_m1}, {neg}, {q} : {t}")
+            return e(f"arith.select {is0}, {zero}, {q} : {t}")
+        r = e(f"arith.remsi {a}, {sb} : {t}")                  # sign of a; 0 where sb is 1
+        rnz = e(f"arith.cmpi ne, {r}, {zero} : {t}")
+        rneg = e(f"arith.cmpi slt, {r}, {zero} : {t}")
+        bneg = e(f"arith.cmpi slt, {sb}, {zero} : {t}")
+        differ = e(f"arith.xori {rneg}, {bneg} : i1")
+        fix = e(f"arith.andi {rnz}, {differ} : i1")
+        adj = e(f"arith.addi {r}, {sb} : {t}")
+        return e(f"arith.select {fix}, {adj}, {r} : {t}")
+
+    def float_divmod(self, op: str, a: str, b: str, t: str) -> str:
+        """NumPy's float ``a // b`` / ``a % b``: npy_floor_divide / npy_remainder (npymath's
+        npy_divmod), branch-free: mod = fmod(a, b); div = (a - mod) / b; where mod != 0 and
+        its sign differs from b's: mod += b, div -= 1; mod == 0: mod = copysign(0, b);
+        floordiv = floor(div), +1 where div - floor(div) > 0.5; div == 0: copysign(0, a / b);
+        b == 0: a / b (``//``) and fmod(a, b) (``%``)."""
+        e = self.emit
+        zero, one, half = (e(f"arith.constant {v} : {t}") for v in ("0.0", "1.0", "0.5"))
+        mod = e(f"arith.remf {a}, {b} : {t}")
+        b0 = e(f"arith.cmpf oeq, {b}, {zero} : {t}")
+        mnz = e(f"arith.cmpf une, {mod}, {zero} : {t}")
+        bneg = e(f"arith.cmpf olt, {b}, {zero} : {t}")
+        mneg = e(f"arith.cmpf olt, {mod}, {zero} : {t}")
+        fix = e(f"arith.andi {mnz}, {e(f'arith.xori {bneg}, {mneg} : i1')} : i1")
+        if op == "%":
+            m = e(f"arith.select {fix}, {e(f'arith.addf {mod}, {b} : {t}')}, {mod} : {t}")
+            m = e(f"arith.select {mnz}, {m}, {e(f'math.copysign {zero}, {b} : {t}')} : {t}")
+            return e(f"arith.select {b0}, {mod}, {m} : {t}")
+        quot = e(f"arith.divf {a}, {b} : {t}")
+        div = e(f"arith.divf {e(f'arith.subf {a}, {mod} : {t}')}, {b} : {t}")
+        div = e(f"arith.select {fix}, {e(f'arith.subf {div}, {one} : {t}')}, {div} : {t}")
+        fl = e(f"math.floor {div} : {t}")
+        up = e(f"arith.cmpf ogt, {e(f'arith.subf {div}, {fl} : {t}')}, {half} : {t}")
+        fl = e(f"arith.select {up}, {e(f'arith.addf {fl}, {one} : {t}')}, {fl} : {t}")
+        dnz = e(f"arith.cmpf une, {div}, {zero} : {t}")
+        fl = e(f"arith.select {dnz}, {fl}, {e(f'math.copysign {zero}, {quot} : {t}')} : {t}")
+        return e(f"arith.select {b0}, {quot}, {fl} : {t}")
+
     def binary(self, e: Binary, row: dt.DType) -> str:
         lrow, rrow = self.operand_rows(e, row)
         lr = lrow or _row(self.node_dtypes[e.left])
@@ -343,7 +445,12 @@ class _Body:
         # prove non-zero, so it goes through a unary region (0 / s stays unstored, as x / c)
         scalar_divisor = (e.op == "/" and sl and bool(accesses(e.right))
                           and all(a in self.invariants for a in accesses(e.right)))
-        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr)) and not scalar_divisor):
+        # x / c by a constant c with 0 / c != 0 (0, nan): the sparsifier only admits a divisor
+        # it proves non-zero, so this also goes through a unary region (its absent value 0 / c)
+        with np.errstate(all="ignore"):
+            odd_divisor = e.op == "/" and isinstance(e.right, Const) and bool(np.asarray(0.0 / np.asarray(e.right.value)) != 0)
+        if not self.sparse_loop or (e.op in _NATIVE and not (self.stored and (sl or sr)) and not scalar_divisor
+                                    and not odd_divisor):
             a, b = self.value(e.left, lrow), self.value(e.right, rrow)
             return self.apply(e.op, a, b, in_row, row, rows)
         # In a loop over a sparse operand: the op in the regions of sparse_tensor.binary/unary,
@@ -365,7 +472,7 @@ class _Body:
                 pass
             elif not self.stored and accesses(other):
                 # op(0, s) of a scalar operand: computed once before the loops
-                outer, self.lines, self.prefix = self.lines, [], f"h{next(_hoist_ids)}_"
+                outer, self.lines, self.prefix = self.lines, [], f"h{next(self.ids)}_"
                 z = self.emit(_const_text(0, srow)[0])
                 c = self.value(other, rows[1 - k])
                 r = self.apply(e.op, *((z, c) if k == 0 else (c, z)), in_row, row, rows)
@@ -375,7 +482,7 @@ class _Body:
             elif not self.stored:
                 with np.errstate(all="ignore"):
                     zero = np.zeros((), srow.numpy)
-                    cval = _fold(other)
+                    cval = fold(other).value
                     f0 = BINARY_NP[e.op](zero, cval) if k == 0 else BINARY_NP[e.op](cval, zero)
                 if np.asarray(f0) != 0:
                     absent = [f"sparse_tensor.yield {self.absent_constant(np.asarray(f0).item(), row)} : {out_t}"]
@@ -503,7 +610,7 @@ class _Body:
             if text.startswith("arith."):
                 c = self.emit(text)
             else:
-                c = f"%absent{next(_hoist_ids)}"
+                c = f"%absent{next(self.ids)}"
                 self.hoisted.append(f"{c} = {text}")
             absent = [f"sparse_tensor.yield {c} : {tout}"]
         v = self.fresh()
@@ -514,8 +621,6 @@ class _Body:
             (f"{ind}  " + f"{ind}  ".join(absent) + f"{ind}" if absent else "") + "}")
         return v
 
-
-_hoist_ids = itertools.count()
 
 
 def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
@@ -536,22 +641,6 @@ def _replace_accesses(e: Expr, swaps: dict, node_dtypes: dict) -> Expr:
         return e
     node_dtypes[new] = node_dtypes[e]
     return new
-
-
-def _fold(e: Expr):
-    """The value of a constant-only expression, as NumPy computes it."""
-    from ..expr import UNARY
-    if isinstance(e, Const):
-        return e.value
-    if isinstance(e, Unary):
-        return UNARY[e.fn](_fold(e.arg))
-    if isinstance(e, Binary):
-        return BINARY_NP[e.op](_fold(e.left), _fold(e.right))
-    if isinstance(e, Where):
-        return np.where(_fold(e.cond), _fold(e.left), _fold(e.right))
-    if isinstance(e, Stored):
-        return _fold(e.body)
-    raise AssertionError(e)
 
 
 def _tensor_type(rank: int, row: dt.DType, enc: str | None) -> str:
@@ -578,6 +667,8 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     kernel skips its serial ``linalg.fill`` unless the result starts from another identity.
     Ahead-of-time kernels keep the fill: C callers pass any buffer.
     """
+    # constant subexpressions are computed here, by NumPy (values exactly NumPy's)
+    stmt = Statement(stmt.output, stmt.indices, fold(stmt.expr), stmt.operands)
     node_dtypes = infer_dtypes(stmt, {k: np.dtype(v) for k, v in dtypes.items()})
     out_row = _row(node_dtypes[stmt.expr])
     encs: dict[str, str] = {}
@@ -684,6 +775,7 @@ class _Function:
         self.split = False                # the split retry (see emit_kernel)
         self.deallocs: list[str] = []     # dense temporaries, freed before returning
         self.n = 0
+        self.hoist_ids = itertools.count()   # hoisted values of every generic's body
 
     def fresh(self, stem: str) -> str:
         self.n += 1
@@ -977,7 +1069,7 @@ class _Function:
         maps.append(f"affine_map<{domain} -> ({', '.join(d[i] for i in out_idx)})>")
         iters = ", ".join('"parallel"' if i in out_idx else '"reduction"' for i in dims)
         body = _Body(self.node_dtypes, sparse_loop, frozenset(a.tensor for a in ins if a.tensor in self.encs),
-                     {i: k for k, i in enumerate(dims)})
+                     {i: k for k, i in enumerate(dims)}, ids=self.hoist_ids)
         body.stored = red_op != "sum" and bool(red_idx)
         bargs = []
         body.args.update(invariants)
