@@ -1,0 +1,85 @@
+"""One compile path: every kernel (einsum specializations and the op library's structural
+kernels) is compiled, cached, loaded and counted by ``sparsecc/runtime``; nothing outside
+it imports the runtime's private names, the compile worker, or bumps the counters."""
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "sparsecc"
+
+
+def _outside_runtime():
+    for p in sorted(ROOT.rglob("*.py")):
+        if "runtime" not in p.relative_to(ROOT).parts:
+            yield p
+
+
+def _runtime_imports(path: pathlib.Path):
+    """(module, name) of every import from sparsecc.runtime in ``path``."""
+    tree = ast.parse(path.read_text())
+    pkg = path.relative_to(ROOT.parent).with_suffix("").parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg[:len(pkg) - node.level + 1])
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod == "sparsecc.runtime" or mod.startswith("sparsecc.runtime."):
+                for a in node.names:
+                    yield mod, a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("sparsecc.runtime"):
+                    yield a.name, ""
+
+
+@pytest.mark.parametrize("path", list(_outside_runtime()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_runtime_state_outside_runtime(path):
+    bad = []
+    for mod, name in _runtime_imports(path):
+        last = mod.rsplit(".", 1)[-1]
+        if name.startswith("_") or last.startswith("_") or name in ("compiler", "_worker") \
+                or last == "compiler":
+            bad.append(f"{mod}.{name}")
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "STATS":
+                bad.append(f"STATS.{t.attr} assigned (line {node.lineno})")
+    assert not bad, bad
+
+
+def test_structural_kernels_take_the_one_compile_path(tmp_path):
+    """A structural kernel is compiled, dumped (SPARSECC_DUMP_IR: every compiled kernel),
+    found on disk by a new process and counted like any einsum kernel."""
+    dump = tmp_path / "ir"
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np, scipy.sparse as sp, sparsecc as sc
+        A = sp.csr_array(np.array([[1.0, 0, 2], [0, 3, 0]]))
+        before = sc.cache_info()
+        y = sc.ops.getitem(A, np.s_[:, 1:])
+        assert np.array_equal(y.toarray(), A.toarray()[:, 1:]), y.toarray()
+        mid = sc.cache_info()
+        y = sc.ops.getitem(A, np.s_[:, 1:])
+        after = sc.cache_info()
+        print(mid.misses - before.misses, mid.disk_hits - before.disk_hits, after.hits - mid.hits,
+              after.misses - mid.misses)
+    """)
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path / "cache"), SPARSECC_DUMP_IR=str(dump))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["1", "0", "1", "0"], first.stdout     # compiled once, then a hit
+    assert any(n.endswith("-mlir.mlir") for n in os.listdir(dump)), os.listdir(dump)
+    again = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["0", "1", "1", "0"], again.stdout     # a new process: from disk
