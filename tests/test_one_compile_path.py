@@ -83,3 +83,33 @@ def test_structural_kernels_take_the_one_compile_path(tmp_path):
     again = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert again.stdout.split() == ["0", "1", "1", "0"], again.stdout     # a new process: from disk
+
+
+def _kernel_private_names() -> set:
+    """The private attributes and methods of ``Kernel`` (runtime/kernel.py)."""
+    tree = ast.parse((ROOT / "runtime" / "kernel.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Kernel")
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AnnAssign, ast.Assign, ast.Attribute)):
+            if isinstance(node, ast.FunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+@pytest.mark.parametrize("path", list(_outside_runtime()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_kernel_state_outside_runtime(path):
+    """explore, the op library, bench and the API read a kernel through its public methods
+    (``last_formats``, ``last_specialization``, ``bind``, ``ir``)."""
+    private = _kernel_private_names()
+    assert {"_last", "_library", "_ranks"} <= private
+    bad = [f"line {node.lineno}: .{node.attr}" for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.Attribute) and node.attr in private
+           and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+    assert not bad, bad

@@ -284,7 +284,7 @@ def operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
 def call(self, *args, **kwargs):
     info = self._call_info or self._static()
     if kwargs or info.named or len(args) != info.n:
-        args = self._bind(args, kwargs)
+        args = self.bind(*args, **kwargs)
     if self._auto_bsr:
         args = _to_bsr(args, self._auto_bsr, info.whats)
     # every operand is read and (check=True) validated on every call; the plan caches

@@ -79,7 +79,10 @@ class Kernel:
         return f"<sparsecc.Kernel '{self.source}' ({fm})>"
 
     # ------------------------------------------------------------------ calling
-    def _bind(self, args, kwargs) -> list:
+    def bind(self, *args, **kwargs) -> list:
+        """The operands of a call ``k(*args, **kwargs)`` in operand order (by position for
+        einsum kernels, by position and/or name for index notation); an OperandError for
+        extra, unknown, repeated or missing operands.  Nothing is validated or converted."""
         ops = self.stmt.operands
         named = not ops[0].startswith("#") if ops else False
         if named:
