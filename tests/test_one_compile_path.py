@@ -113,3 +113,24 @@ def test_no_private_kernel_state_outside_runtime(path):
            if isinstance(node, ast.Attribute) and node.attr in private
            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
     assert not bad, bad
+
+
+def test_kernel_inspection_api():
+    import numpy as np
+    import scipy.sparse as sp
+    import sparsecc as sc
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 2.0]]))
+    k = sc.compile("y[i] = A[i,j] * x[j]", A="csr")
+    assert k.bind(A, x=np.ones(2))[0] is A
+    with pytest.raises(sc.OperandError, match="given twice"):
+        k.bind(A, A=A)
+    k2 = sc.compile("ij,jk->ik", "csr", "csr")
+    fresh = sc.runtime.kernel.Kernel(k2.stmt, k2.formats, k2.options, k2.source)
+    assert fresh.last_specialization() is None and fresh.last_formats() is None
+    C = fresh(A, A)
+    np.testing.assert_array_equal(C.toarray(), A.toarray() @ A.toarray())
+    spec = fresh.last_specialization()
+    assert spec.formats == fresh.last_formats() and spec.out_format.order == (0, 1)
+    assert isinstance(spec.key, str) and len(spec.key) == 40
+    y = fresh.bind(A, A)
+    assert len(y) == 2
