@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.runtime import kernel, memref, validate
+from sparsecc.runtime import memref, specialization, validate
 from sparsecc.runtime.memref import ArgPacker
 
 from conftest import assert_matches, random_sparse
@@ -135,7 +135,7 @@ def test_forgetting_loaded_kernels_reaches_planned_kernels(rng, monkeypatch):
     k(A, x)
     i1 = sc.cache_info()
     assert (i1.hits, i1.disk_hits, i1.misses) == (i0.hits + 1, i0.disk_hits, i0.misses)
-    monkeypatch.setattr(kernel, "_loaded", {})       # as a new process: load from disk again
+    monkeypatch.setattr(specialization, "_loaded", {})       # as a new process: load from disk again
     assert_matches(k(A, x), A @ x)
     i2 = sc.cache_info()
     assert (i2.disk_hits, i2.misses) == (i1.disk_hits + 1, i1.misses)
@@ -192,7 +192,7 @@ def test_index_width_spmv(fmt, width, rng):
     dtype, before = index(A).dtype, index(A).copy()
     k = sc.compile("ij,j->i", fmt, "dense", options=sc.Options(index_width=width))
     assert_matches(k(A, x), A.toarray() @ x)
-    used = k._last.formats[0]
+    used = k.last_formats()[0]
     assert (used.pos_width, used.crd_width) == ((64, 64) if width == 64 else (32, 32))
     assert f"posWidth = {used.pos_width}" in k.ir()
     assert index(A).dtype == dtype                 # widened or narrowed on a copy
@@ -208,9 +208,9 @@ def test_index_width_spgemm_sparse_result(fmt, width, rng):
     assert_matches(C, A.toarray() @ B.toarray())
     want = np.int64 if width == 64 else np.int32
     assert C.format == "csr" and C.indptr.dtype == want and C.indices.dtype == want
-    out = k._last.out_format
+    out = k.last_specialization().out_format
     assert (out.pos_width, out.crd_width) == ((64, 64) if width == 64 else (32, 32))
-    assert all(f.pos_width == (64 if width == 64 else 32) for f in k._last.formats)
+    assert all(f.pos_width == (64 if width == 64 else 32) for f in k.last_formats())
 
 
 def test_index_width_64_complex_and_nd(rng):
@@ -231,7 +231,7 @@ def test_fixed_format_width_wins_over_index_width(rng):
     f = sc.Format(("dense", "compressed"), pos_width=32, crd_width=32)
     k = sc.compile("ij,j->i", f, "dense", options=sc.Options(index_width=64))
     assert_matches(k(A, x), A @ x)
-    assert k._last.formats[0].pos_width == 32
+    assert k.last_formats()[0].pos_width == 32
 
 
 def _huge():
@@ -248,7 +248,7 @@ def test_index_width_32_refuses_an_operand_that_needs_64():
 def test_operand_that_needs_64_bits_runs_with_none_and_64(width):
     k = sc.compile("ij->i", options=sc.Options(index_width=width))
     assert_matches(k(_huge()), np.array([2.0]))
-    assert k._last.formats[0].crd_width == 64
+    assert k.last_formats()[0].crd_width == 64
 
 
 def test_index_width_32_refuses_a_result_that_may_need_64(rng):

@@ -19,7 +19,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.runtime import cache, kernel
+from sparsecc.runtime import cache, specialization
 from conftest import assert_matches, random_sparse
 
 
@@ -29,14 +29,14 @@ def fresh(tmp_path, monkeypatch):
     kernel goes to the disk cache (and compiles, the first time)."""
     d = tmp_path / "cache"
     monkeypatch.setenv("SPARSECC_CACHE_DIR", str(d))
-    monkeypatch.setattr(kernel, "_loaded", {})
+    monkeypatch.setattr(specialization, "_loaded", {})
     monkeypatch.setattr(cache, "_libs", {})
     return d
 
 
 def forget():
     """Forget the loaded kernels (not the disk cache), as a new process would."""
-    kernel._loaded.clear()
+    specialization._loaded.clear()
     cache._libs.clear()
 
 
@@ -273,7 +273,7 @@ def test_unsafe_cache_folder_is_refused(case, tmp_path, monkeypatch):
     make(d)
     before = sorted(os.listdir(d)) if d.is_dir() else None
     monkeypatch.setenv("SPARSECC_CACHE_DIR", str(d))
-    monkeypatch.setattr(kernel, "_loaded", {})
+    monkeypatch.setattr(specialization, "_loaded", {})
     with pytest.warns(UserWarning, match="not using the kernel cache folder") as record:
         assert_matches(spmv_csr(), A @ X)
     msgs = [str(w.message) for w in record if "sparsecc" in str(w.message)]

@@ -227,7 +227,7 @@ def test_options_change_the_cache_key():
                  sc.Options(index_width=64)]:
         k = sc.compile("ij,j->i", "csr", "dense", options=opts)
         assert_matches(k(A, x), A.toarray() @ x)
-        keys.add(k._last.key)
+        keys.add(k.last_specialization().key)
     assert len(keys) == 7
 
 

@@ -39,8 +39,8 @@ from ..formats import Format
 
 @dataclass(frozen=True)
 class Source:
-    """One operand of a gather: its format (levels in dimension order), whether it is
-    sliced, and how a stored entry's coordinates map to the result's.
+    """One operand of a gather: its format (levels in dimension order), which of its
+    stored entries it keeps, and how a stored entry's coordinates map to the result's.
 
     ``pick``: for each result dimension, the source dimension whose coordinate it takes, or
     ``None`` for a new unit dimension (coordinate 0); with ``offsets``, each result
@@ -48,15 +48,13 @@ class Source:
     ``pick=None``: a reshape - the coordinates are linearized in the source's shape
     (row-major) and delinearized in the result's.
     ``nonzero``: skip stored entries whose value is zero (an ``scf.if`` around the insert).
-    ``sliced``: cut by ``tensor.extract_slice`` (the loops would skip whole rows);
-    ``filtered``: the same selection (offset, size, stride per dimension) as a test on every
-    stored entry's coordinates.  sparsecc uses ``filtered``: MLIR 22's sliced iteration
-    loses entries (found by the tests: ``T[:, 2:3]`` of a 3-d COO tensor came back empty,
+    ``filtered``: a slice (offset, size, stride per dimension) as a test on every stored
+    entry's coordinates, not ``tensor.extract_slice``: MLIR 22's sliced iteration loses
+    entries (found by the tests: ``T[:, 2:3]`` of a 3-d COO tensor came back empty,
     and ``A[:, -3:]`` of a CSR matrix lost most of its entries).
     """
 
     fmt: Format
-    sliced: bool = False
     filtered: bool = False      # a slice by a test on each stored entry's coordinates
     pick: tuple[int | None, ...] | None = None
     offsets: bool = False
@@ -68,15 +66,6 @@ def _ttype(rank: int, dtype: str, enc: str | None) -> str:
     shape = "x".join(["?"] * rank)
     t = f"{shape}x{row.storage}" if rank else row.storage
     return f"tensor<{t}, {enc}>" if enc else f"tensor<{t}>"
-
-
-def _sliced(enc: str, rank: int) -> str:
-    """``enc`` with a dynamic ``slice(?, ?, ?)`` on every dimension."""
-    dims = ", ".join(f"d{d}" for d in range(rank))
-    with_slices = ", ".join(f"d{d} : #sparse_tensor<slice(?, ?, ?)>" for d in range(rank))
-    head = f"map = ({dims}) ->"
-    assert head in enc, enc
-    return enc.replace(head, f"map = ({with_slices}) ->", 1)
 
 
 def _zero(row: dt.DType) -> str:
@@ -142,16 +131,6 @@ def gather_kernel(sources: tuple[Source, ...], out: Format, dtype: str, ordered:
         src_t = _ttype(rin, dtype, f"#src{s}")
         tensors.append(f"%a{s}: {src_t}")
         it, it_t = f"%a{s}", src_t
-        if src.sliced:
-            aliases.append(f"#slice{s} = {_sliced(src.fmt.encoding(), rin)}")
-            params += [f"%{k}{s}_{d}: index" for d in range(rin) for k in ("o", "s", "t")]
-            sl_t = _ttype(rin, dtype, f"#slice{s}")
-            offs = ", ".join(f"%o{s}_{d}" for d in range(rin))
-            szs = ", ".join(f"%s{s}_{d}" for d in range(rin))
-            strides = ", ".join(f"%t{s}_{d}" for d in range(rin))
-            it = f"%v{s}"
-            body.append(f"{it} = tensor.extract_slice %a{s}[{offs}] [{szs}] [{strides}] : {src_t} to {sl_t}")
-            it_t = sl_t
         if src.filtered:
             params += [f"%{k}{s}_{d}: index" for d in range(rin) for k in ("o", "s", "t")]
         if src.offsets:

@@ -7,7 +7,7 @@ import threading
 import warnings
 
 from ..errors import FormatError, ShapeError
-from ..expr import describe
+from ..expr import accesses, describe
 from ..options import DEFAULT, Options
 from . import runner
 from .candidates import _check_spec, _is_block
@@ -33,7 +33,6 @@ class AutotunedKernel:
                  prune: bool, check: bool):
         from ..api import _kernel
         self.options = options or DEFAULT
-        self._lists = {}
         plain_pos = tuple(None if isinstance(f, (list, tuple)) else f for f in formats)
         plain_named = {k: (None if isinstance(v, (list, tuple)) else v) for k, v in named.items()}
         # the plain kernel validates the expression, options and fixed formats now
@@ -44,11 +43,12 @@ class AutotunedKernel:
         given = dict(zip(stmt.operands, formats))
         given.update(named)
         self._given = {k: v for k, v in given.items() if v is not None}
+        ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
         for name, v in self._given.items():
             if isinstance(v, (list, tuple)):
                 if not v:
                     raise FormatError(f"{describe(name)}: an empty list of candidate formats")
-                rank = self._base._ranks[name]
+                rank = ranks[name]
                 for spec in v:
                     _check_spec(spec, rank, describe(name))
         self.choice: tuple | None = None
@@ -67,7 +67,7 @@ class AutotunedKernel:
         with self._lock:
             if self._chosen is not None:
                 return self._chosen
-            values = self._base._bind(args, kwargs)
+            values = self._base.bind(*args, **kwargs)
             names = self.stmt.operands
             stmt_values, _ = runner._validated(self.stmt, names, values)
             fixed = {k: v for k, v in self._given.items() if not isinstance(v, (list, tuple))}

@@ -20,7 +20,7 @@ from ..expr import accesses, describe, index_sizes
 from ..formats import Format, resolve
 from ..options import Options
 from ..parse import looks_like_notation, parse_einsum, parse_notation
-from ..runtime.kernel import bind_named
+from ..runtime.call import bind_named
 from ..runtime.threads import get_num_threads, set_num_threads
 from .candidates import (MAX_CANDIDATES, _format_candidates, _option_candidates, _own_name,
                          _thread_candidates)
@@ -252,7 +252,7 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
         picked = list(combos)
     cands = [(tuple(axes[k][i] for k, i in enumerate(c[:-2])), ocands[c[-2]], tcands[c[-1]]) for c in picked]
 
-    from ..runtime.kernel import STATS
+    from ..api import cache_info
     prepared: dict = {}
     rows: list[Row] = []
     timed: list[tuple[Row, object, list, int, list]] = []   # (row, kernel, args, inner loops, samples)
@@ -291,11 +291,11 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
                 args = values
             try:
                 kern = _compile(expression, fmts, opts, out_format)
-                misses = STATS.misses
+                misses = cache_info().misses
                 t = time.perf_counter()
                 result = kern(*args)
                 first = time.perf_counter() - t
-                row.cached = STATS.misses == misses
+                row.cached = cache_info().misses == misses
                 if majority is None:
                     why = reference.check(result)
                     if why is not None:

@@ -41,19 +41,6 @@ def _scalar(v, *others) -> np.ndarray:
     return np.asarray(v, dtype=np.result_type(*others, v))
 
 
-def _literal(v, what: str) -> str:
-    """A Python number as an index-notation constant (for the ops whose 0-d operand form
-    MLIR 22 fails to compile: see ``div`` and ``add``)."""
-    if isinstance(v, (bool, np.bool_)):
-        v = int(v)
-    c = complex(v)
-    if not (np.isfinite(c.real) and np.isfinite(c.imag)):
-        raise OperandError(f"{what}: the scalar must be finite, got {v!r}")
-    if isinstance(v, complex):
-        return f"({v.real!r} + {v.imag!r}j)"
-    return f"({v!r})"
-
-
 def _dims(values, what: str) -> list[int]:
     """Dimension arguments as ints (NumPy integers too); anything else is a ShapeError."""
     try:

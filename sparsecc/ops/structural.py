@@ -12,11 +12,9 @@ unstored, a selected stored zero stays stored.  Reference: docs/ops.md.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import operator
 import string
-import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,10 +24,8 @@ from ..api import einsum
 from ..dialect.structural import Source, gather_kernel
 from ..errors import OperandError, ShapeError, SparseccError
 from ..formats import resolve
-from ..options import DEFAULT
-from ..runtime import cache, compiler
-from ..runtime.kernel import STATS
-from ..runtime.memref import describe as describe_array, specifier
+from ..runtime.call import call_with_buffers
+from ..runtime.loader import load_module
 from ..runtime.operands import INT32_MAX, as_operand, build
 from ..runtime.results import new_result, wrap
 from ..runtime.validate import validate
@@ -44,39 +40,6 @@ class SparseIndexError(ShapeError, IndexError):
 
 
 # ----------------------------------------------------------------------------- the runner
-
-_loaded: dict[str, object] = {}
-_lock = threading.Lock()
-
-
-def _load(mlir: str):
-    """The native entry of one gather kernel: from memory, the disk cache, or a compile
-    (in the worker process, like every sparsecc kernel; counted in ``sc.cache_info()``)."""
-    fn = _loaded.get(mlir)
-    if fn is not None:
-        STATS.hits += 1
-        return fn
-    with _lock:
-        fn = _loaded.get(mlir)
-        if fn is not None:
-            STATS.hits += 1
-            return fn
-        key = cache.key_of(mlir, DEFAULT.key())
-        entry = cache.lookup(key)
-        if entry is None:
-            out = cache.build_path(key)
-            reply = compiler.compile_library(mlir, out, opt_level=DEFAULT.opt_level, cpu=DEFAULT.cpu,
-                                             what="a structural kernel")
-            entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"]}, out)
-            STATS.misses += 1
-        else:
-            STATS.disk_hits += 1
-        fn = cache.open_library(entry).sparsecc_entry
-        fn.restype = ctypes.c_int       # 1: out of memory (runtime/_worker.py)
-        fn.argtypes = [ctypes.c_void_p]
-        _loaded[mlir] = fn
-        return fn
-
 
 def _row_major(x) -> str:
     """The format a gather reads ``x`` in: its levels in dimension order (CSR for matrices,
@@ -106,16 +69,11 @@ def _gather(xs: list, sources: list[dict], ints: list[int], out_shape: tuple[int
         raise SparseccError("internal error: a gather builds a sparse result")
     ordered = ordered and of.order == tuple(range(of.rank)) and of.block is None
     srcs = tuple(Source(s.fmt, **kw) for s, kw in zip(stores, sources))
-    fn = _load(gather_kernel(srcs, of, dt.lookup(dtype).name, ordered))
+    # compiled, cached, loaded and counted like every kernel (sc.cache_info())
+    mod = load_module(gather_kernel(srcs, of, dt.lookup(dtype).name, ordered), what="a structural kernel")
     res = new_result(of)
-    keep = [res] + [ctypes.c_int64(int(v)) for v in ints]
-    for s in stores:
-        keep += [describe_array(b) for b in s.buffers]
-        keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
-    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-    if fn(argv):
-        raise MemoryError("sparsecc: a structural kernel ran out of memory (an allocation inside it failed)")
-    del keep, stores
+    call_with_buffers(mod, res, ints, stores, "a structural kernel")
+    del stores
     return wrap(of, tuple(out_shape), np.dtype(dtype), res)
 
 

@@ -1,0 +1,368 @@
+"""The call path: from a kernel call's operands to the native call and back.
+
+Per kernel, what every call shares (:class:`_CallInfo`: operand names, where each index
+takes its size); per kind of operands (type, dtype, rank, index widths), a call plan
+(:class:`_Plan`: resolved formats, a loader per operand, the loaded specialization, the
+argument layout); per call, operands read and validated, buffers packed
+(``memref.ArgPacker``), the ctypes call of ``sparsecc_entry``, a ``MemoryError`` when it
+returns 1, and the result wrapped.  :func:`call_with_buffers` is the same native call for
+kernels built outside ``Kernel`` (the op library's structural kernels).
+
+``Kernel.__call__`` is :func:`call` (and ``Kernel._prepare`` is :func:`prepare`): the
+``Kernel`` API lives in ``runtime/kernel.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import dtypes as dt
+from ..errors import FormatError, OperandError, ShapeError
+from ..expr import Statement, accesses, describe, index_sizes
+from ..formats import Format, resolve
+from . import specialization as _spec
+from .loader import STATS, Loaded
+from .memref import ArgPacker, describe as describe_array, specifier
+from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
+from .results import result_view, wrap
+from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype, _row_wise_orders,
+                             _without_coiterated_blocks, specialize)
+from .validate import check_widths, validate
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+
+def bind_named(source: str, names, args, kwargs) -> list:
+    """The operands of index-notation statement ``source`` (operand ``names``), given by
+    position and/or by name, in ``names`` order; clear errors for extra, unknown, repeated
+    or missing operands."""
+    if len(args) > len(names):
+        raise OperandError(f"'{source}' takes {len(names)} operands ({', '.join(names)}), "
+                           f"got {len(args)} positional")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise OperandError(f"'{source}' has no operand {k!r}; its operands are {', '.join(names)}")
+        if k in values:
+            raise OperandError(f"operand {k!r} given twice")
+        values[k] = v
+    missing = [o for o in names if o not in values]
+    if missing:
+        raise OperandError(f"'{source}' needs operand(s) {', '.join(missing)}")
+    return [values[o] for o in names]
+
+
+_SPARSE_TYPES = {sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix, sp.coo_array, sp.coo_matrix}
+_BSR_TYPES = {sp.bsr_array, sp.bsr_matrix}
+_DIRECT = frozenset({np.ndarray} | _SPARSE_TYPES | _BSR_TYPES)    # no as_operand needed
+
+
+def _key_of(x) -> tuple:
+    """What a call plan depends on about operand ``x`` (its kind, never its contents):
+    the type (for SciPy: the format), the value dtype, the rank or block size."""
+    t = type(x)
+    if t is np.ndarray:
+        return t, x.dtype, x.ndim
+    if t in _SPARSE_TYPES:
+        return t, x.data.dtype, len(x.shape)
+    if t in _BSR_TYPES:
+        return t, x.data.dtype, x.data.shape[1:]
+    if isinstance(x, np.ndarray):
+        return t, x.dtype, x.ndim
+    return t, x.format, x.dtype, len(x.shape), tuple(x.blocksize) if x.format == "bsr" else None
+
+
+class _CallInfo:
+    """What every call of one kernel shares: how operands are named in messages, where
+    each index takes its size from, and the call plans made so far."""
+
+    __slots__ = ("stmt", "n", "named", "whats", "slot", "src", "same", "ranks", "out_slots", "plans")
+
+    def __init__(self, stmt: Statement):
+        ops = stmt.operands
+        self.stmt = stmt
+        self.n = len(ops)
+        self.named = bool(ops) and not ops[0].startswith("#")
+        self.whats = tuple(describe(n) for n in ops)
+        names = list(dict.fromkeys([i for a in accesses(stmt.expr) for i in a.indices] + list(stmt.indices)))
+        self.slot = {i: j for j, i in enumerate(names)}
+        src, same, ranks = {}, [], []
+        for a in accesses(stmt.expr):
+            k = ops.index(a.tensor)
+            ranks.append((k, len(a.indices)))
+            for d, i in enumerate(a.indices):
+                j = self.slot[i]
+                if j in src:
+                    same.append((k, d, j))
+                else:
+                    src[j] = (k, d)
+        self.src = tuple(src.get(j) for j in range(len(names)))
+        self.same = tuple(same)
+        self.ranks = tuple(dict.fromkeys(ranks))
+        self.out_slots = tuple(self.slot[i] for i in stmt.indices)
+        self.plans: dict = {}
+
+    def sizes(self, shapes: list) -> list[int]:
+        """The size of every index (in slot order); a ShapeError where shapes disagree."""
+        for k, r in self.ranks:
+            if len(shapes[k]) != r:
+                self._fail(shapes)
+        try:
+            sizes = [shapes[k][d] for k, d in self.src]
+        except TypeError:          # an index no operand binds
+            self._fail(shapes)
+        for k, d, j in self.same:
+            if shapes[k][d] != sizes[j]:
+                self._fail(shapes)
+        return sizes
+
+    def _fail(self, shapes):
+        sizes = index_sizes(self.stmt, {n: tuple(s) for n, s in zip(self.stmt.operands, shapes)})
+        unbound = [i for i in self.slot if i not in sizes]
+        raise ShapeError(f"index {unbound[0]!r} takes its size from no operand" if unbound else
+                         f"operand shapes {[tuple(s) for s in shapes]} do not fit '{self.stmt}'")
+
+
+class _LoadedKey:
+    """A key of the loaded-kernel table with its hash computed once (a Statement hashes its
+    whole expression tree each time): a plan checks on every call that its kernel is still
+    the loaded one, so forgetting loaded kernels reaches kernels already planned."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key):
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        return other is self.key or other == self.key
+
+
+def _loaded_key(comp: Compiled) -> _LoadedKey | None:
+    for k, v in list(_spec._loaded.items()):
+        if v is comp:
+            return _LoadedKey(k)
+    return None
+
+
+@dataclass(eq=False, slots=True)
+class _Plan:
+    """How to call a kernel on operands of one kind (see ``Kernel._prepare``).  Holds nothing
+    read from an operand's buffers: those are read and validated on every call."""
+
+    comp: Compiled
+    key: _LoadedKey | None          # where ``comp`` is in ``_loaded``; None: ahead-of-time
+    library: dict | None
+    formats: tuple[Format, ...]     # widths resolved
+    out_fmt: Format | None
+    loaders: tuple                  # per operand: operands.load_*
+    converts: tuple | None          # per operand: the dtype its values are converted to
+    size_slots: tuple[int, ...]     # the kernel's size arguments, as slots of the call's sizes
+    out_dtype: np.dtype
+    packer: ArgPacker
+
+    def current(self, k: "Kernel") -> bool:
+        if self.library is not None:
+            return k._library is self.library
+        return k._library is None and self.key is not None and _spec._loaded.get(self.key) is self.comp
+
+
+_resolved: dict = {}
+
+
+def _resolve_cached(spec, rank, what, block) -> Format:
+    try:
+        k = (spec, rank, block)
+        f = _resolved.get(k)
+    except TypeError:
+        return resolve(spec, rank, what, block)
+    if f is None:
+        f = _resolved[k] = resolve(spec, rank, what, block)
+    return f
+
+
+def _to_bsr(args, positions, whats) -> list:
+    """Operands given as plain "bsr" that are not SciPy BSR arrays, as ``bsr_array``s with
+    the block size SciPy's ``tobsr()`` picks (``scipy.sparse``'s ``estimate_blocksize``): a
+    change of layout.  A block size with a 1 then runs as CSR (see ``formats.resolve``)."""
+    args = list(args)
+    for k in positions:
+        x = args[k]
+        if sp.issparse(x) and x.format == "bsr":
+            continue
+        x = as_operand(x, whats[k])
+        validate(x, whats[k])       # SciPy's conversion trusts the buffers: check them first
+        if x.ndim != 2:
+            raise FormatError(f"{whats[k]} has rank {x.ndim}, but 'bsr' is for matrices")
+        try:
+            args[k] = sp.bsr_array(x)
+        except (TypeError, ValueError) as err:
+            raise OperandError(f"{whats[k]} cannot be stored as BSR: {err}") from None
+    return args
+
+
+def prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
+    """The plan for calls with operands like ``values``: resolved formats and widths,
+    a loader per operand, the compiled kernel and its argument layout.  It depends only
+    on what ``keys`` and ``wide`` say about the operands, never on their contents."""
+    info = self._static()
+    ops = self.stmt.operands
+    dtypes, fmts = [], []
+    for name, x, what in zip(ops, values, info.whats):
+        dtypes.append(dt.lookup(x.dtype, what).name)
+        own, block = default_format(x)
+        spec = self.formats.get(name) or own
+        fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
+    fmts = _without_coiterated_blocks(fmts)
+    out_shape = tuple(sizes[j] for j in info.out_slots)
+    out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
+    if out_fmt is not None:
+        orders = _row_wise_orders(self.stmt)
+        fmts = [_for_sparse_result(f, orders.get(n)) for n, f in zip(ops, fmts)]
+    fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
+            for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]
+    out = _result_dtype(self.stmt, tuple(dtypes))
+    converts = [None] * len(ops)
+    if out.kind == "c":
+        # The sparsifier cannot lower real->complex conversions inside a sparse loop:
+        # store such an operand's values as complex (numpy.einsum converts them too).
+        for k, f in enumerate(fmts):
+            if not f.is_dense and dtypes[k] != out.name:
+                converts[k] = out
+                dtypes[k] = out.name
+    formats, dtypes = tuple(fmts), tuple(dtypes)
+    if self._library is not None:
+        comp = self._library.get((formats, dtypes, out_fmt))
+        if comp is None:
+            (fm, dd, _), = self._library
+            raise OperandError(
+                f"this ahead-of-time kernel '{self.source}' was built for operands "
+                f"{', '.join(f'{f} {d}' for f, d in zip(fm, dd))}; got "
+                f"{', '.join(f'{f} {d}' for f, d in zip(formats, dtypes))}")
+        key = None
+    else:
+        comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt)
+        key = _loaded_key(comp)
+    sig = comp.signature
+    layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]
+    out_layout = (len(out_fmt.fields()), len(out_fmt.levels)) if out_fmt is not None else len(out_shape)
+    return _Plan(comp=comp, key=key, library=self._library, formats=formats, out_fmt=out_fmt,
+                 loaders=tuple(loader(x, f) for x, f in zip(values, formats)),
+                 converts=tuple(converts) if any(c is not None for c in converts) else None,
+                 size_slots=tuple(info.slot[i] for i in sig.index_order),
+                 out_dtype=np.dtype(sig.out_dtype),
+                 packer=ArgPacker(len(sig.index_order), layout, out_layout))
+
+def operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
+    """``f`` with its index widths resolved (a width the format fixes is kept):
+    ``Options.index_width`` if set, else 32 bits where every dimension and the entry
+    count fit in int32.  ``wide``: (a dimension, the entry count) need 64 bits."""
+    want = self.options.index_width
+    if want is None:
+        want = 64 if wide and (wide[0] or wide[1]) else 32
+    # a width the format fixes is kept; an unset crdWidth follows a set posWidth (docs/formats.md)
+    f = f.with_widths(want, f.pos_width or want)
+    nnz = nnz_bound(x)
+    if self.options.index_width == 32 and wide and (
+            (f.crd_width == 32 and wide[0]) or (f.pos_width == 32 and wide[1])):
+        raise OperandError(f"{what} needs 64-bit indices ({max(shape)} is its largest dimension, it stores "
+                           f"up to {nnz} entries; 2^31 - 1 is the most 32 bits hold), but "
+                           f"Options(index_width=32) fixes 32; use index_width=None or 64")
+    check_widths(f, shape, nnz, what)
+    return f
+
+def call(self, *args, **kwargs):
+    info = self._call_info or self._static()
+    if kwargs or info.named or len(args) != info.n:
+        args = self.bind(*args, **kwargs)
+    if self._auto_bsr:
+        args = _to_bsr(args, self._auto_bsr, info.whats)
+    # every operand is read and (check=True) validated on every call; the plan caches
+    # only what follows from the operands' kinds (type, dtype, rank) and widths
+    check = self.check
+    values, keys, shapes, counts = [], [], [], []
+    for x, what in zip(args, info.whats):
+        t = type(x)
+        if t is np.ndarray:
+            keys.append((t, x.dtype, x.ndim))
+            counts.append(x.size)
+        else:
+            if t not in _DIRECT:
+                x = as_operand(x, what)
+                t = type(x)
+            if check:
+                validate(x, what)
+            if t in _SPARSE_TYPES:
+                data = x.data
+                keys.append((t, data.dtype, len(x.shape)))
+                counts.append(data.size)
+            else:
+                keys.append(_key_of(x))
+                counts.append(nnz_bound(x))
+        values.append(x)
+        shapes.append(x.shape)
+    sizes = info.sizes(shapes)
+    out_shape = [sizes[j] for j in info.out_slots]
+    wide = None            # does anything need 64-bit indices?  (usually one cheap test)
+    if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
+        wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
+                max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
+    pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None)
+    plan = info.plans.get(pkey)
+    if plan is not None and plan.library is None and _spec._loaded.get(plan.key) is plan.comp:
+        STATS.hits += 1                 # a call served by a loaded kernel
+    elif plan is None or not plan.current(self):
+        plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide)
+    comp = self._last = plan.comp
+    operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+    if plan.converts is not None:
+        for k, to in enumerate(plan.converts):
+            if to is not None:
+                bufs = operands[k][0]
+                bufs[-1] = bufs[-1].astype(to)
+    out_fmt = plan.out_fmt
+    scalars = [sizes[j] for j in plan.size_slots]
+    if out_fmt is None:
+        # zeroed: JIT kernels skip their own (serial) zero fill, see emit_kernel
+        out = np.zeros(out_shape, dtype=plan.out_dtype)
+        _, base = plan.packer.pack(scalars, operands, out)
+        if comp.entry(base):
+            _out_of_memory(self.source)
+        return out[()] if out.ndim == 0 else out
+    if out_fmt.block is not None:
+        _check_blocks(out_fmt, out_shape)
+    block, base = plan.packer.pack(scalars, operands, None)
+    if comp.entry(base):
+        _out_of_memory(self.source)
+    del operands
+    return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
+                result_view(out_fmt, block, plan.packer.result_at), self.prune)
+
+
+def _out_of_memory(source: str):
+    raise MemoryError(f"sparsecc: the kernel '{source}' ran out of memory (an allocation inside "
+                      f"it failed); the temporaries it had allocated so far are leaked")
+
+
+def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
+    """Call module ``mod``'s ``sparsecc_entry`` with: the sparse result's struct ``result``
+    (``results.new_result``), the ``scalars`` as 64-bit indices, then each stored operand of
+    ``stores`` (``operands.build``) as its buffers' descriptors and its specifier.  Raises
+    ``MemoryError`` when an allocation inside the kernel failed (``what`` names it)."""
+    keep = [result] + [ctypes.c_int64(int(v)) for v in scalars]
+    for s in stores:
+        keep += [describe_array(b) for b in s.buffers]
+        keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
+    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
+    if mod.entry(argv):
+        raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)")

@@ -1,0 +1,119 @@
+"""The one way from MLIR text to a callable native entry point: the disk-cache lookup
+(verified), a compile in the worker process on a miss (failures remembered there), the
+load (with the OpenMP runtime first when the library needs it), and the counters that
+``sc.cache_info()`` reports.
+
+Every kernel goes through :func:`load_module`: einsum specializations
+(``runtime/specialization.py``) and the op library's structural kernels alike.  Nothing
+outside ``sparsecc/runtime`` compiles, loads or counts kernels itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+
+from ..options import DEFAULT, Options
+from . import cache, compiler, threads
+
+
+@dataclass
+class Stats:
+    hits: int = 0         # calls served by an already loaded kernel
+    disk_hits: int = 0    # kernels loaded from the disk cache
+    misses: int = 0       # compilations
+
+    def __repr__(self):
+        return f"CacheInfo(hits={self.hits}, disk_hits={self.disk_hits}, misses={self.misses})"
+
+
+#: the process's counters (``sc.cache_info()`` returns a copy)
+STATS = Stats()
+
+
+@dataclass
+class Loaded:
+    """One compiled module, loaded: its disk-cache key, the library and its packed entry
+    point ``sparsecc_entry(void **args) -> int`` (1: an allocation inside failed)."""
+
+    key: str
+    lib: ctypes.CDLL
+    entry: object
+    info: dict = field(repr=False)      # what the cache JSON records: stages, arg_types, parallel, openmp
+    info_path: str = ""
+
+
+_modules: dict[tuple, Loaded] = {}
+_lock = threading.Lock()
+
+
+def _dump(key: str, stages: dict) -> None:
+    folder = os.environ.get("SPARSECC_DUMP_IR")
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    ext = {"llvm": "ll"}
+    for k, (stage, text) in enumerate(stages.items()):
+        with open(os.path.join(folder, f"{key}.{k}-{stage}.{ext.get(stage, 'mlir')}"), "w") as f:
+            f.write(text)
+
+
+def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
+    key = cache.key_of(mlir, options.key(), options.cpu)
+    entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
+    if entry is not None:
+        try:                            # a verified pair whose library will not load: rebuild
+            if entry.info.get("openmp"):
+                threads.load_runtime()
+            lib = cache.open_library(entry)
+        except OSError:
+            cache.discard(entry)
+            entry = None
+    if entry is None:
+        out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
+        reply = compiler.compile_library(mlir, out, options=options, what=what)
+        entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
+                                  "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
+        STATS.misses += 1
+        _dump(key, reply["stages"])
+        if entry.info.get("openmp"):
+            threads.load_runtime()        # libomp, before the library that needs it
+        lib = cache.open_library(entry)   # exactly the bytes that were hashed
+    else:
+        STATS.disk_hits += 1
+    threads.register(lib)                 # its thread count follows sc.set_num_threads
+    fn = lib.sparsecc_entry
+    fn.restype = ctypes.c_int             # 1: an allocation failed (runtime/_worker.py OOM_C)
+    fn.argtypes = [ctypes.c_void_p]
+    return Loaded(key, lib, fn, entry.info, entry.meta)
+
+
+def load_module(mlir: str, *, what: str = "a kernel", options: Options = DEFAULT,
+                memo: bool = True) -> Loaded:
+    """The loaded module for ``mlir`` compiled with ``options``: from this process's memory
+    (``memo``; counted as a hit), else from the disk cache (a disk hit), else compiled in
+    the worker process (a miss; ``what`` names the kernel in a :class:`CompileError`).
+
+    ``memo=False``: a caller that keeps its own table of loaded kernels (and counts its own
+    hits) goes to the disk cache directly."""
+    if not memo:
+        return _from_disk_or_compile(mlir, options, what)
+    k = (mlir, options)
+    got = _modules.get(k)
+    if got is None:
+        with _lock:
+            got = _modules.get(k)
+            if got is None:
+                got = _modules[k] = _from_disk_or_compile(mlir, options, what)
+                return got
+    STATS.hits += 1
+    return got
+
+
+def read_stages(loaded_info_path: str) -> dict:
+    """The IR stages recorded in a cache entry's JSON."""
+    with open(loaded_info_path) as f:
+        return json.load(f)["stages"]

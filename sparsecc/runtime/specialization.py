@@ -1,0 +1,317 @@
+"""Specialization: from a statement, its operands' resolved formats and dtypes, and the
+options, to a loaded kernel - and the workarounds that get MLIR 22 to compile it.
+
+- the compile-retry ladder (:func:`_attempts`, :func:`_first_that_compiles`): fused, then
+  split into one generic per sparse operation, then a sparse result built in another
+  level order and converted inside the kernel;
+- format planning: the formats operands run in when MLIR 22 cannot co-iterate or build
+  what was asked (block-sparse operands, dense levels below sparse ones, contraction
+  operands stored row-wise for Gustavson's loop order), and the refused block results;
+- the table of loaded specializations (memory cache) over ``loader.load_module``, and the
+  ahead-of-time hooks (``compile_specialization``, ``result_format_for``,
+  ``loaded_specialization``) that ``runtime/aot.py`` builds on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..dialect import KernelSignature, emit_kernel
+from ..errors import CompileError, FormatError, ShapeError, SparseccError
+from ..expr import Reduce, Statement, accesses, infer_dtypes
+from ..formats import Format, resolve
+from ..options import Options
+from ..patterns import check_sparse_result, default_result_format
+from . import compiler
+from .loader import STATS, load_module, read_stages
+
+#: loaded specializations by (statement, formats, dtypes, options, result format); the call
+#: path (runtime/call.py) checks its plans against this table, so clearing it (as a new
+#: process would start) reaches kernels already planned
+_loaded: dict[tuple, "Compiled"] = {}
+_key_locks: dict[tuple, threading.Lock] = {}
+_registry_lock = threading.Lock()
+
+
+@dataclass
+class Compiled:
+    """One specialization, loaded: the native entry point and how to call it."""
+
+    key: str
+    signature: KernelSignature
+    formats: tuple[Format, ...]
+    out_format: Format | None
+    mlir: str
+    lib: ctypes.CDLL
+    entry: object
+    info_path: str
+    _stages: dict | None = field(default=None, repr=False)
+
+    def stages(self) -> dict:
+        if self._stages is None:
+            self._stages = read_stages(self.info_path)
+        return self._stages
+
+
+def _expected_args(sig: KernelSignature, formats) -> int:
+    n = len(sig.index_order) + 1          # sizes, then the dense output or the sparse result's struct
+    for f in formats:
+        n += 1 if f.is_dense else len(f.fields()) + 1
+    return n
+
+
+def _build(stmt, fmts, dts, out_format, options, split, via=None):
+    """Emit and load (from disk, or compiled) one form of a specialization.  Every field of
+    ``options`` reaches the compile worker and the cache key (``index_width`` too, which the
+    operands' formats already carry in their widths)."""
+    # the call path allocates dense results with np.zeros (see runtime/call.py)
+    mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via, zeroed_output=True)
+    return mlir, sig, load_module(mlir, what=f"'{stmt}'", options=options, memo=False)
+
+
+def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+               options: Options, out_format: Format | None = None) -> Compiled:
+    """The loaded kernel for one specialization (``out_format``: a sparse result's format,
+    widths resolved; ``None`` for a dense result)."""
+    mem_key = (stmt, formats, dtypes, options, out_format)
+    got = _loaded.get(mem_key)
+    if got is not None:
+        STATS.hits += 1
+        return got
+    with _registry_lock:
+        lock = _key_locks.setdefault(mem_key, threading.Lock())
+    with lock:                      # two threads asking for one kernel compile it once
+        got = _loaded.get(mem_key)
+        if got is not None:
+            STATS.hits += 1
+            return got
+        fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+        mlir, sig, mod = _first_that_compiles(
+            _attempts(stmt, formats, out_format),
+            lambda split, via: _build(stmt, fmts, dts, out_format, options, split, via))
+        n = _expected_args(sig, formats)
+        if len(mod.info["arg_types"]) != n:
+            raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(mod.info['arg_types'])} "
+                                f"arguments, the runtime expected {n}")
+        got = Compiled(mod.key, sig, formats, out_format, mlir, mod.lib, mod.entry, mod.info_path)
+        _loaded[mem_key] = got
+        return got
+
+def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
+    """The (split, via) forms to try, in order.  The sparsifier rejects (or crashes on) some
+    fused expressions, and finds no loop order for some sparse results: retry split into one
+    generic per sparse operation, then building the result in dimension order (or an
+    operand's storage order) and converting it inside the kernel."""
+    attempts = [(False, None), (True, None)]
+    if out_format is None:
+        return attempts
+    in_order = _in_dimension_order(out_format)
+    if isinstance(stmt.expr, Reduce):
+        # a contraction inserting in an order other than dimension order (CSR x CSR -> CSC)
+        # gets the inner-product loop order, which stores every entry: build it in dimension
+        # order (Gustavson's row-wise loops) and convert.  Never in an operand's order, for
+        # the same reason.
+        return [(False, in_order), (True, in_order)] if in_order is not None else attempts
+    vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
+    return attempts + [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None) for sp in (False, True)]
+
+
+def _first_that_compiles(attempts, build):
+    for k, (split, via) in enumerate(attempts):
+        try:
+            return build(split, via)
+        except CompileError as err:
+            # a timeout is not retried in other forms (each could take as long); an
+            # InternalError (a bug, not a rejection) is no CompileError and is never retried
+            if k == len(attempts) - 1 or getattr(err, "timed_out", False):
+                raise
+
+
+def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+                           options: Options, out_format: Format | None, obj_path: str,
+                           entry: str) -> KernelSignature:
+    """Compile one specialization into the object file ``obj_path`` exporting ``entry``
+    (ahead-of-time libraries; no cache).  Returns its signature.  Always serial code
+    (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
+    runtime."""
+    fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
+    options = dataclasses.replace(options, parallel="none")
+
+    def build(split, via):
+        mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
+        reply = compiler.compile_library(mlir, obj_path, options=options,
+                                         what=f"'{stmt}'", entry=entry, object_only=True)
+        if len(reply["arg_types"]) != _expected_args(sig, formats):
+            raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
+        return sig
+    return _first_that_compiles(_attempts(stmt, formats, out_format), build)
+
+
+def result_format_for(k, formats: list[Format], width: int) -> tuple[Format | None, list[Format]]:
+    """The result format of kernel ``k`` with operands in ``formats`` and fixed index widths
+    (ahead-of-time builds), and the operand formats it then runs with."""
+    stmt = k.stmt
+    formats = _without_coiterated_blocks(formats)
+    sparse = frozenset(n for n, f in zip(stmt.operands, formats) if not f.is_dense)
+    spec = k.out_format if k.out_format is not None else default_result_format(stmt, sparse)
+    if _bare_bsr(spec):
+        raise FormatError("an ahead-of-time kernel needs the BSR result's block size: out_format='bsr2x2'")
+    fmt = resolve(spec, len(stmt.indices), "the result")
+    if fmt.is_dense:
+        return None, formats
+    check_sparse_result(stmt, sparse)
+    _check_block_result(fmt, sparse, None)
+    orders = _row_wise_orders(stmt)
+    formats = [_for_sparse_result(f, orders.get(n)).with_widths(width, width)
+               for n, f in zip(stmt.operands, formats)]
+    return fmt.with_widths(width, width), formats
+
+
+def loaded_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+                          out_format: Format | None, lib, fn, path: str) -> dict:
+    """A kernel from an ahead-of-time library, keyed as ``Kernel.__call__`` looks it up."""
+    index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+    out = _result_dtype(stmt, dtypes)
+    sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out.name, out_format)
+    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "")
+    return {(formats, dtypes, out_format): comp}
+
+
+@lru_cache(maxsize=None)
+def _in_dimension_order(fmt: Format | None) -> Format | None:
+    """``fmt`` with its levels in dimension order (CSC -> CSR), or None if it already is."""
+    if fmt is None or fmt.block is not None or fmt.order == tuple(range(fmt.rank)):
+        return None
+    return Format(fmt.levels, None, None, fmt.pos_width, fmt.crd_width)
+
+
+_CSR = Format.csr()
+
+
+def _without_coiterated_blocks(fmts: list[Format]) -> list[Format]:
+    """Block-sparse operands run as CSR when another operand is sparse too: MLIR 22 mixes up
+    coordinates when it co-iterates demapped blocks with some sparse operands (found by the
+    property tests: ``jl,lij->i`` with a BSR and a CSF/COO operand gave wrong values)."""
+    if sum(not f.is_dense for f in fmts) < 2 or all(f.block is None for f in fmts):
+        return fmts
+    return [_CSR if f.block is not None else f for f in fmts]
+
+
+def _for_sparse_result(f: Format, order: tuple[int, ...] | None) -> Format:
+    """The format an operand runs in when the result is sparse.  MLIR 22 fails on two kinds:
+    block-sparse operands (demapping the blocks leaves unresolved casts: run as CSR) and
+    dense levels below a sparse one (a transposed result from hybrid COO reads
+    uninitialized memory: run as COO over every dimension).  Operands of a contraction are
+    stored in ``order`` (see :func:`_row_wise_orders`)."""
+    if f.block is not None:
+        f = _CSR
+    if order is not None and not f.is_dense and f.order != order:
+        f = _reordered(f, order)
+    bases = [f.level_base(l) for l in range(len(f.levels))]
+    sparse_levels = [k for k, b in enumerate(bases) if b != "dense"]
+    if sparse_levels and "dense" in bases[sparse_levels[0]:]:
+        return _coo_of(f.rank)
+    return f
+
+
+@lru_cache(maxsize=None)
+def _reordered(f: Format, order: tuple[int, ...]) -> Format:
+    return Format(f.levels, order, None, f.pos_width, f.crd_width)
+
+
+@lru_cache(maxsize=None)
+def _row_wise_orders(stmt: Statement) -> dict:
+    """For a contraction with a sparse result: the storage order of each operand that makes
+    Gustavson's loop order possible - the result's indices in order, with the summed indices
+    just before the last one (``ik,kj->ij``: i, k, j; ``ij,ik->jk``: j, i, k).  Any other
+    order leaves the sparsifier the inner-product order, which stores every entry."""
+    if not isinstance(stmt.expr, Reduce):
+        return {}
+    out = list(stmt.indices)
+    summed = [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices) if i not in out]
+    loop = out[:-1] + summed + out[-1:]
+    orders = {}
+    for a in accesses(stmt.expr):
+        if a.tensor not in orders and len(set(a.indices)) == len(a.indices):
+            orders[a.tensor] = tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
+    return orders
+
+
+@lru_cache(maxsize=None)
+def _coo_of(rank: int) -> Format:
+    return Format.coo(rank)
+
+
+def _orders_of_operands(stmt: Statement, formats: tuple[Format, ...], out: Format) -> list[Format]:
+    """``out`` with its levels in the order the sparse operands store the output's indices
+    (CSC * CSC -> CSR is built as CSC, then converted)."""
+    found = []
+    if out.block is not None:
+        return found
+    for a in accesses(stmt.expr):
+        f = formats[stmt.operands.index(a.tensor)]
+        if f.is_dense or f.block is not None:
+            continue
+        seq = [a.indices[d] for d in f.order if a.indices[d] in stmt.indices]
+        seq = list(dict.fromkeys(seq)) + [i for i in stmt.indices if i not in seq]
+        order = tuple(stmt.indices.index(i) for i in seq)
+        if order != out.order and all(order != g.order for g in found):
+            found.append(Format(out.levels, order, None, out.pos_width, out.crd_width))
+    return found
+
+
+@lru_cache(maxsize=4096)
+def _result_dtype(stmt: Statement, dtypes: tuple[str, ...]) -> np.dtype:
+    return infer_dtypes(stmt, {n: np.dtype(d) for n, d in zip(stmt.operands, dtypes)})[stmt.expr]
+
+
+def _bare_bsr(spec) -> bool:
+    """``spec`` is the name "bsr" without a block size."""
+    return isinstance(spec, str) and spec.strip().lower() == "bsr"
+
+
+#: block sizes tried for out_format="bsr", largest first (1 fails to compile in MLIR 22)
+RESULT_BLOCKS = (4, 3, 2)
+
+
+def _result_block(shape) -> tuple[int, ...]:
+    """The block size of a plain "bsr" result of ``shape``: per dimension the largest of
+    ``RESULT_BLOCKS`` that divides it."""
+    if not shape:
+        raise FormatError("out_format='bsr' picks its block size from the result's shape: call the kernel "
+                          "once first, or name the size ('bsr2x2')")
+    block = []
+    for n in shape:
+        b = next((b for b in RESULT_BLOCKS if n % b == 0), None)
+        if b is None or n == 0:
+            raise FormatError(f"out_format='bsr': no block size of {', '.join(map(str, RESULT_BLOCKS))} "
+                              f"divides the result's shape {tuple(shape)}; name one ('bsr2x2') or use 'csr'")
+        block.append(b)
+    return tuple(block)
+
+
+def _check_blocks(fmt: Format, shape) -> None:
+    for n, b in zip(shape, fmt.block):
+        if n % b:
+            raise ShapeError(f"the result has shape {tuple(shape)}, which blocks of "
+                             f"{'x'.join(map(str, fmt.block))} (out_format={str(fmt)!r}) do not tile")
+
+
+def _check_block_result(fmt: Format, sparse: frozenset, shape) -> None:
+    """What MLIR 22 cannot build as a block-sparse result, refused before compiling."""
+    if fmt.block is None:
+        return
+    if sparse:
+        raise FormatError(f"out_format={str(fmt)!r}: MLIR 22 cannot build a block-sparse (BSR) result from "
+                          f"sparse operands (it fails to legalize the block conversion); use out_format='csr' "
+                          f"and .tobsr() on the result")
+    if 1 in fmt.block:
+        raise FormatError(f"out_format={str(fmt)!r}: a block size of 1 fails to compile in MLIR 22; use 'csr'")
+    if shape:
+        _check_blocks(fmt, shape)
