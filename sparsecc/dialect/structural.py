@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes as dt
+from ..errors import InternalError
 from ..formats import Format
 
 
@@ -75,7 +76,8 @@ def _sliced(enc: str, rank: int) -> str:
     dims = ", ".join(f"d{d}" for d in range(rank))
     with_slices = ", ".join(f"d{d} : #sparse_tensor<slice(?, ?, ?)>" for d in range(rank))
     head = f"map = ({dims}) ->"
-    assert head in enc, enc
+    if head not in enc:
+        raise InternalError(f"cannot add slices to the encoding {enc}")
     return enc.replace(head, f"map = ({with_slices}) ->", 1)
 
 

@@ -27,7 +27,7 @@ from ..dialect.structural import Source, gather_kernel
 from ..errors import OperandError, ShapeError, SparseccError
 from ..formats import resolve
 from ..options import DEFAULT
-from ..runtime import cache, compiler
+from ..runtime import cache, compiler, targets
 from ..runtime.kernel import STATS
 from ..runtime.memref import describe as describe_array, specifier
 from ..runtime.operands import INT32_MAX, as_operand, build
@@ -61,17 +61,18 @@ def _load(mlir: str):
         if fn is not None:
             STATS.hits += 1
             return fn
-        key = cache.key_of(mlir, DEFAULT.key())
+        target = targets.resolve(DEFAULT)
+        key = cache.key_of(mlir, DEFAULT.key(), target)
         entry = cache.lookup(key)
         if entry is None:
             out = cache.build_path(key)
-            reply = compiler.compile_library(mlir, out, opt_level=DEFAULT.opt_level, cpu=DEFAULT.cpu,
+            reply = compiler.compile_library(mlir, out, target=target, options=DEFAULT,
                                              what="a structural kernel")
             entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"]}, out)
             STATS.misses += 1
         else:
             STATS.disk_hits += 1
-        fn = cache.open_library(entry).sparsecc_entry
+        fn = cache.open_library(entry, target).sparsecc_entry
         fn.restype = ctypes.c_int       # 1: out of memory (runtime/_worker.py)
         fn.argtypes = [ctypes.c_void_p]
         _loaded[mlir] = fn

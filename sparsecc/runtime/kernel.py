@@ -26,7 +26,7 @@ from ..expr import Reduce, Statement, accesses, describe, index_sizes, infer_dty
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from ..patterns import check_sparse_result, default_result_format
-from . import cache, compiler, threads
+from . import cache, compiler, targets, threads
 from .memref import ArgPacker
 from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
 from .results import result_view, wrap
@@ -94,19 +94,20 @@ def _build(stmt, fmts, dts, out_format, options, split, via=None):
     operands' formats already carry in their widths)."""
     # the call path allocates dense results with np.zeros (see Kernel.__call__)
     mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via, zeroed_output=True)
-    key = cache.key_of(mlir, options.key(), options.cpu)
+    target = targets.resolve(options)    # resolved once per process (cached)
+    key = cache.key_of(mlir, options.key(), target)
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
     if entry is not None:
         try:                            # a verified pair whose library will not load: rebuild
             if entry.info.get("openmp"):
                 threads.load_runtime()
-            cache.open_library(entry)
+            cache.open_library(entry, target)
         except OSError:
             cache.discard(entry)
             entry = None
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
-        reply = compiler.compile_library(mlir, out, options=options, what=f"'{stmt}'")
+        reply = compiler.compile_library(mlir, out, target=target, options=options, what=f"'{stmt}'")
         entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
                                   "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
         STATS.misses += 1
@@ -144,7 +145,7 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
                                 f"arguments, the runtime expected {n}")
         if info.get("openmp"):
             threads.load_runtime()        # libomp, before the library that needs it
-        lib = cache.open_library(entry)   # exactly the bytes that were hashed
+        lib = cache.open_library(entry, targets.resolve(options))   # exactly the bytes that were hashed
         threads.register(lib)             # its thread count follows sc.set_num_threads
         fn = lib.sparsecc_entry
         fn.restype = ctypes.c_int         # 1: an allocation failed (runtime/_worker.py OOM_C)
@@ -196,7 +197,7 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
-        reply = compiler.compile_library(mlir, obj_path, options=options,
+        reply = compiler.compile_library(mlir, obj_path, target=targets.resolve(options), options=options,
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
