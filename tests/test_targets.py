@@ -127,3 +127,33 @@ def test_thread_count_and_wrapper_are_built_through_the_bindings(tmp_path, monke
                                    options=sc.Options(parallel="dense-outer-loop"))
     text = got["stages"]["llvm-dialect"]
     assert "@sparsecc_num_threads" in text and "llvm.func @sparsecc_entry__body" in text
+
+
+def test_worker_dispatches_through_the_registry(tmp_path, monkeypatch):
+    """The worker rebuilds the target from its name: a name it does not know is a bug."""
+    monkeypatch.setenv("SPARSECC_CACHE_DIR", str(tmp_path / "cache"))
+    from sparsecc.runtime import compiler, targets
+    host = targets.resolve(sc.Options())
+    alien = targets.Target(dataclasses.replace(host.kind, name="tpu"), host.params)
+    with pytest.raises(sc.InternalError, match="no compile target named 'tpu'"):
+        compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "a.so"), target=alien)
+
+
+def test_thread_count_refuses_an_unexpected_parallel_region():
+    from mlir import ir
+
+    from sparsecc.passes.rewrites import thread_count
+    src = """
+func.func @f() {
+  omp.parallel {
+    omp.barrier
+    omp.terminator
+  }
+  return
+}
+"""
+    with ir.Context():
+        m = ir.Module.parse(src)
+        with pytest.raises(sc.InternalError, match="not one omp.wsloop"):
+            thread_count(m)
+        assert thread_count(ir.Module.parse("func.func @g() {\n  return\n}")) == 0
