@@ -157,3 +157,13 @@ func.func @f() {
         with pytest.raises(sc.InternalError, match="not one omp.wsloop"):
             thread_count(m)
         assert thread_count(ir.Module.parse("func.func @g() {\n  return\n}")) == 0
+
+
+def test_iterator_types_are_compared_as_attributes():
+    from mlir import ir
+
+    from sparsecc.passes.rewrites import _generics
+    swapped = SIMPLE_MLIR.replace('["parallel", "reduction"]', '["reduction", "parallel"]')
+    with ir.Context():
+        assert _generics(ir.Module.parse(SIMPLE_MLIR)) == [(["parallel", "reduction"], True)]
+        assert _generics(ir.Module.parse(swapped)) == [(["reduction", "parallel"], True)]

@@ -75,12 +75,13 @@ def _generics(module) -> list[tuple[list[str], bool]]:
     encoded tensors, as the sparsifier will see them."""
     from mlir import ir
 
+    reduction = ir.Attribute.parse("#linalg.iterator_type<reduction>")
     found = []
     for op in ops_named(module, "linalg.generic"):
         enc = [isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).encoding is not None
                for v in op.operands]
         if any(enc):
-            iters = ["reduction" if "reduction" in str(a) else "parallel" for a in op.attributes["iterator_types"]]
+            iters = ["reduction" if a == reduction else "parallel" for a in op.attributes["iterator_types"]]
             found.append((iters, not enc[-1]))
     return found
 
