@@ -167,3 +167,16 @@ def test_iterator_types_are_compared_as_attributes():
     with ir.Context():
         assert _generics(ir.Module.parse(SIMPLE_MLIR)) == [(["parallel", "reduction"], True)]
         assert _generics(ir.Module.parse(swapped)) == [(["reduction", "parallel"], True)]
+
+
+def test_autotune_key_includes_the_target(monkeypatch):
+    import numpy as np
+
+    from sparsecc.explore import storage
+    from sparsecc.runtime import targets
+    x = np.ones(3)
+    here = storage.tuning_key("i->i", [x], {}, sc.Options(), None)
+    assert storage.tuning_key("i->i", [x], {}, sc.Options(), None) == here
+    host = targets.resolve(sc.Options())
+    monkeypatch.setattr(targets, "resolve", lambda options, name="cpu": host.replace(features="+sse2"))
+    assert storage.tuning_key("i->i", [x], {}, sc.Options(), None) != here
