@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import FormatError, InternalError
 from .expr import (BINARY, UNARY, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
                    Where, children, show, used_indices)
 
@@ -151,7 +151,8 @@ def pattern_of(e: Expr, sparse: frozenset[str]) -> Pattern:
     if isinstance(e, Reduce):
         p = pattern_of(e.body, sparse) if e.op == "sum" else stored_pattern(e.body, sparse)
         return p if p.full else Pattern(False, p.indices - set(e.indices))
-    assert isinstance(e, Binary)
+    if not isinstance(e, Binary):
+        raise InternalError(f"no pattern rule for {type(e).__name__}")
     a, b = pattern_of(e.left, sparse), pattern_of(e.right, sparse)
     if e.op not in ("+", "-", "*", "/"):
         return _generic_binary(e, a, b)

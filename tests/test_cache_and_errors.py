@@ -207,17 +207,17 @@ def test_failed_ir_goes_to_the_cache_folder_bounded_and_failures_are_remembered(
     assert len(left) == 3 and all(f.endswith(".mlir") for f in left)
 
 
-def test_disk_key_includes_the_target_cpu_and_its_features(monkeypatch):
-    from sparsecc.runtime import cache
+def test_disk_key_includes_the_target_cpu_and_its_features():
+    from sparsecc.runtime import cache, targets
     mlir, opts = "module {}", sc.Options().key()
-    here = cache.key_of(mlir, opts)
-    assert cache.key_of(mlir, opts) == here                        # stable
-    assert cache.key_of(mlir, opts, "x86-64") != here              # Options(cpu=...)
-    assert cache.key_of(mlir, opts, "x86-64") != cache.key_of(mlir, opts, "skylake")
-    name, features = cache._host_cpu()
-    monkeypatch.setattr(cache, "_host_target", (name, features.replace("+avx2", "-avx2") + ",+avx512f"))
-    assert cache.key_of(mlir, opts) != here                        # same CPU name, other features
-    monkeypatch.setattr(cache, "_host_target", ("some-other-cpu", features))
-    assert cache.key_of(mlir, opts) != here
-    monkeypatch.setattr(cache, "_host_target", (name, features))
-    assert cache.key_of(mlir, opts) == here
+    host = targets.resolve(sc.Options())
+    here = cache.key_of(mlir, opts, host)
+    assert cache.key_of(mlir, opts, host) == here == cache.key_of(mlir, opts)   # stable; None: the host
+    x86 = targets.resolve(sc.Options(cpu="x86-64"))
+    assert cache.key_of(mlir, opts, x86) != here                                # Options(cpu=...)
+    assert cache.key_of(mlir, opts, x86) != cache.key_of(mlir, opts, targets.resolve(sc.Options(cpu="skylake")))
+    features = host.param("features")
+    other = host.replace(features=features.replace("+avx2", "-avx2") + ",+avx512f")
+    assert cache.key_of(mlir, opts, other) != here                              # same CPU name, other features
+    assert cache.key_of(mlir, opts, host.replace(cpu="some-other-cpu")) != here
+    assert cache.key_of(mlir, opts, host.replace(features=features)) == here

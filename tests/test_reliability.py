@@ -175,7 +175,7 @@ def test_damaged_entry_is_rebuilt_not_loaded(damage, fresh, tmp_path, monkeypatc
 
     loaded = []                       # the bytes of every library loaded from now on
     real_open = cache.open_library
-    monkeypatch.setattr(cache, "open_library", lambda e: loaded.append(e.data) or real_open(e))
+    monkeypatch.setattr(cache, "open_library", lambda e, *a: loaded.append(e.data) or real_open(e, *a))
     forget()
     misses, disk_hits = stats()
     assert_matches(spmv_csr(), want)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes as dt
+from ..errors import InternalError
 from ..formats import Format
 
 

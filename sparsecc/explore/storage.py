@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from .._machine import cpu_model
 from ..errors import SparseccError
 from ..options import Options
+from ..runtime import targets
 from ..runtime.threads import get_num_threads
 from .candidates import _own_name
 from .report import decode_format, encode_format
@@ -39,7 +40,8 @@ def _size_class(n: int) -> int:
 def tuning_key(expression: str, values, fixed: dict, options: Options, out_format) -> str:
     """The disk key of an autotuned choice: the expression, each operand's kind, dtype, rank
     and size class (shape and stored entries, within a factor of two), the formats fixed by
-    the user, options, result format, thread count, machine and sparsecc version."""
+    the user, options, result format, thread count, machine, compile target (CPU and
+    features) and sparsecc version."""
     from .. import __version__
     ops = []
     for x in values:
@@ -51,7 +53,7 @@ def tuning_key(expression: str, values, fixed: dict, options: Options, out_forma
              "fixed": {k: [encode_format(f) for f in v] if isinstance(v, (list, tuple)) else encode_format(v)
                        for k, v in sorted(fixed.items())},
              "options": options.key(), "out": encode_format(out_format),
-             "threads": get_num_threads(), "machine": _machine()}
+             "threads": get_num_threads(), "machine": _machine(), "target": targets.resolve(options).key()}
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 

@@ -16,9 +16,14 @@ explicit deallocations the sparsifier emits for sparse outputs.
 Code-generation options (``sc.Options``) change the pipelines: ``loop_order`` and
 ``parallel`` fill in options of ``sparse-reinterpret-map`` and ``sparsification``,
 ``vector_length`` adds ``sparse-vectorization``, and a kernel with parallel loops goes
-through ``OPENMP`` (``scf.parallel`` -> OpenMP, run by the libomp that ships with the
-package, see ``runtime/threads.py``).  :func:`pipelines` gives the exact pipelines of one
-options object; :func:`fingerprint` (part of the cache key) covers every table and rewrite.
+through ``OPENMP`` (``scf.parallel`` -> OpenMP).  :func:`pipelines` gives the exact
+pipelines of one options object; :func:`fingerprint` (part of the cache key) covers every
+table and rewrite.
+
+This module is pure data over MLIR: it imports nothing from ``sparsecc.runtime``.  What the
+pipelines need to know about the machine (is an OpenMP runtime installed?) comes in as a
+:class:`PipelineFacts`, which the runtime's compile target resolves once per process
+(``runtime/targets.py``) and hands to :func:`lower`.
 
 Each entry is ``(pass, reason)``; an entry may be ``("func.func(...)", ...)`` to nest.
 ``<name>`` in a pass is a placeholder filled in from the options (see :func:`sparsify`).
@@ -26,10 +31,21 @@ Each entry is ``(pass, reason)``; an entry may be ``("func.func(...)", ...)`` to
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ..options import DEFAULT, Options
+
+
+@dataclass(frozen=True)
+class PipelineFacts:
+    """Facts about the machine that change the pipelines, resolved by the runtime (the
+    compile target) and passed in: the pipelines never look them up themselves.
+
+    ``openmp``: an OpenMP runtime is there to run parallel loops; without one,
+    ``Options(parallel="auto")`` compiles serial code."""
+
+    openmp: bool = False
 
 # MLIR with encoded tensors -> loops over sparse buffers (dense values still tensors).
 # MLIR's sparsification-and-bufferization mini-pipeline, spelled out: as a textual pass it
@@ -170,14 +186,12 @@ def pipelines(options: Options = DEFAULT, strategy: str = "none", index32: bool 
 @lru_cache(maxsize=None)
 def fingerprint() -> str:
     """Every pipeline table and rewrite, as text: part of the cache key (the options, which
-    select among them, are in the key too).  Includes the OpenMP runtime's version, which
-    parallel kernels link against."""
-    from ..runtime.threads import runtime_version
+    select among them, and the target, whose facts do, are in the key too)."""
     from . import rewrites, widen_i1
     tables = (SPARSIFY, BUFFERIZE, OPENMP, LOWER_TO_LLVM, LLVM_AVX512_TUNING)
     return "\n".join([*("\n".join(p for p, _ in t) for t in tables), rewrites.VERSION,
                       f"auto={rewrites.AUTO} min_parallel_trip={rewrites.MIN_PARALLEL_TRIP} chunk={rewrites.CHUNK}",
-                      widen_i1.VERSION, f"openmp runtime {runtime_version()}"])
+                      widen_i1.VERSION])
 
 
 def host_features(features: str) -> str:
@@ -187,34 +201,60 @@ def host_features(features: str) -> str:
     return features
 
 
-def _index32(mlir: str) -> bool:
-    """Whether every sparse encoding in ``mlir`` has 32-bit positions and coordinates."""
-    encs = re.findall(r"#sparse_tensor\.encoding<\{(.*?)\}>", mlir)
-    return all("posWidth = 32" in e and "crdWidth = 32" in e for e in encs)
+def _index32(module) -> bool:
+    """Whether every sparse encoding in ``module`` has 32-bit positions and coordinates
+    (read from the encodings' attributes, through the MLIR bindings)."""
+    from mlir import ir
+    from mlir.dialects import sparse_tensor
+
+    ok = True
+
+    def check(t) -> None:
+        nonlocal ok
+        if isinstance(t, ir.RankedTensorType):
+            enc = t.encoding
+            if enc is not None:
+                e = sparse_tensor.EncodingAttr(enc)
+                ok = ok and e.pos_width == 32 and e.crd_width == 32
+
+    def visit(op):
+        for v in list(op.operands) + list(op.results):
+            check(v.type)
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.arguments:
+                    check(a.type)
+        if op.name == "func.func":
+            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+            for t in list(ftype.inputs) + list(ftype.results):
+                check(t)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return ok
 
 
-def lower(module, options: Options = DEFAULT):
+def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFacts()):
     """Run every pipeline and rewrite on ``module`` down to the LLVM dialect (inside the
-    compile worker).  Returns ``(module, stages, info)``: the lowered module (a new one when
-    a rewrite had to go through text), the ``sparsified`` stage's text, and what was chosen
+    compile worker), for a machine with ``facts``.  Returns ``(module, stages, info)``: the
+    lowered module, the ``sparsified`` stage's text, and what was chosen
     (``{"parallel": strategy, "openmp": bool}``)."""
-    from mlir import ir, passmanager
+    from mlir import passmanager
 
     from .rewrites import (count_parallel_loops, inline_alloca_scopes, parallel_strategy,
                            restrict_to_tensor, sort_algorithm, thread_count)
     from .widen_i1 import widen_i1_memrefs
-    from ..runtime.threads import runtime_path
 
     def run(passes):
         if passes:
             passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
 
-    index32 = _index32(str(module))
+    index32 = _index32(module)
     names = [p for p, _ in SPARSIFY]
     split = names.index("sparsification{enable-runtime-library=false<parallel>}")
     run(sparsify(options)[:split])              # up to the loop sorting
     requested = options.parallel
-    if requested == "auto" and runtime_path() is None:
+    if requested == "auto" and not facts.openmp:
         requested = "none"                      # no OpenMP runtime installed: serial code
     strategy = parallel_strategy(module, requested)
     passes = sparsify(options, strategy, index32)
@@ -230,6 +270,6 @@ def lower(module, options: Options = DEFAULT):
     if openmp:
         run(OPENMP)
         inline_alloca_scopes(module)
-        module = ir.Module.parse(thread_count(str(module)))
+        thread_count(module)
     run(lower_to_llvm(openmp))
     return module, stages, {"parallel": strategy, "openmp": openmp}

@@ -15,10 +15,10 @@ in place and nothing else aliases it, so each one is marked ``restrict writable`
 
 from __future__ import annotations
 
-import re
+from ..errors import InternalError
 
 VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
-           "inline_alloca_scopes 1; thread_count 1")
+           "inline_alloca_scopes 1; thread_count 2")
 
 
 def ops_named(root, name: str) -> list:
@@ -75,12 +75,13 @@ def _generics(module) -> list[tuple[list[str], bool]]:
     encoded tensors, as the sparsifier will see them."""
     from mlir import ir
 
+    reduction = ir.Attribute.parse("#linalg.iterator_type<reduction>")
     found = []
     for op in ops_named(module, "linalg.generic"):
         enc = [isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).encoding is not None
                for v in op.operands]
         if any(enc):
-            iters = ["reduction" if "reduction" in str(a) else "parallel" for a in op.attributes["iterator_types"]]
+            iters = ["reduction" if a == reduction else "parallel" for a in op.attributes["iterator_types"]]
             found.append((iters, not enc[-1]))
     return found
 
@@ -116,7 +117,7 @@ def count_parallel_loops(module) -> int:
     (``parallel_strategy`` never allows one: it would not be exact)."""
     loops = ops_named(module, "scf.parallel")
     if any(len(op.results) for op in loops):
-        raise RuntimeError("internal error: a parallel loop with a reduction")
+        raise InternalError("a parallel loop with a reduction")
     return len(loops)
 
 
@@ -144,42 +145,101 @@ MIN_PARALLEL_TRIP = 512
 #: (``schedule(dynamic)``): rows vary in length, and on a machine shared with other work a
 #: static split waits for its slowest thread; 0 = static (one contiguous block per thread)
 CHUNK = 1024
-_PARALLEL = re.compile(r"^(\s*)omp\.parallel \{\n(\s*omp\.wsloop [^\n]*\{\n\s*omp\.loop_nest \([^)]*\) : \w+ = "
-                       r"\(([^)]*)\) to \(([^)]*)\))", re.M)
 
 
-def thread_count(text: str) -> str:
-    """Give every ``omp.parallel`` of the module text ``num_threads(n)``: n is read from the
-    library's global ``sparsecc_num_threads`` (which ``sc.set_num_threads`` writes in every
-    loaded kernel), or 1 when the loop has fewer than :data:`MIN_PARALLEL_TRIP` iterations."""
-    count = text.count("omp.parallel")
-    k = 0
+#: probes the position of ``num_threads`` among omp.parallel's operand segments and of the
+#: chunk among omp.wsloop's (they differ between MLIR versions; read, never assumed)
+_PROBE = """
+func.func @f(%b: index, %n: i32, %c: i64) {
+  omp.parallel num_threads(%n : i32) {
+    omp.wsloop schedule(dynamic = %c : i64) {
+      omp.loop_nest (%i) : index = (%b) to (%b) step (%b) {
+        omp.yield
+      }
+    }
+    omp.terminator
+  }
+  return
+}
+"""
 
-    def sub(m):
-        nonlocal k
-        k += 1
-        # a loop nest of several dimensions (a fill) counts its outermost one
-        ind, lb, ub = m.group(1), m.group(3).split(",")[0].strip(), m.group(4).split(",")[0].strip()
-        pre = [f"%sc_ntp{k} = llvm.mlir.addressof @sparsecc_num_threads : !llvm.ptr",
-               f"%sc_ntg{k} = llvm.load %sc_ntp{k} : !llvm.ptr -> i32",
-               f"%sc_trip{k} = arith.subi {ub}, {lb} : index",
-               f"%sc_min{k} = arith.constant {MIN_PARALLEL_TRIP} : index",
-               f"%sc_small{k} = arith.cmpi ult, %sc_trip{k}, %sc_min{k} : index",
-               f"%sc_one{k} = arith.constant 1 : i32",
-               f"%sc_nt{k} = arith.select %sc_small{k}, %sc_one{k}, %sc_ntg{k} : i32"]
-        loop = m.group(2)
-        if CHUNK:
-            pre.append(f"%sc_chunk{k} = arith.constant {CHUNK} : i64")
-            loop = loop.replace("omp.wsloop {", f"omp.wsloop schedule(dynamic = %sc_chunk{k} : i64) {{", 1)
-        return "".join(f"{ind}{p}\n" for p in pre) + f"{ind}omp.parallel num_threads(%sc_nt{k} : i32) {{\n" + loop
 
-    text = _PARALLEL.sub(sub, text)
-    if k != count:
-        raise RuntimeError(f"internal error: {count - k} omp.parallel without a recognized loop")
-    glob = "  llvm.mlir.global external @sparsecc_num_threads(1 : i32) {addr_space = 0 : i32} : i32\n"
-    head, sep, rest = text.partition("module {\n")
-    if not sep:
-        head, sep, rest = text.partition("module attributes")
-        line_end = rest.index("{\n") + 2
-        return head + sep + rest[:line_end] + glob + rest[line_end:]
-    return head + sep + glob + rest
+def _slots() -> tuple[int, int, object]:
+    """(num_threads slot of omp.parallel, chunk slot of omp.wsloop, the dynamic schedule
+    attribute), read from a parsed probe in the current context."""
+    from mlir import ir
+    probe = ir.Module.parse(_PROBE)
+    par, = ops_named(probe, "omp.parallel")
+    ws, = ops_named(probe, "omp.wsloop")
+    seg_p = list(ir.DenseI32ArrayAttr(par.attributes["operandSegmentSizes"]))
+    seg_w = list(ir.DenseI32ArrayAttr(ws.attributes["operandSegmentSizes"]))
+    return seg_p.index(1), seg_w.index(1), ws.attributes["schedule_kind"]
+
+
+def _with_operand(op, slot: int, value, extra: dict | None = None):
+    """A copy of ``op`` (omp.parallel or omp.wsloop, no results) with ``value`` as the one
+    operand of its operand segment ``slot`` (which must be empty), its region moved over;
+    ``op`` is erased."""
+    from mlir import ir
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    if slot >= len(seg) or seg[slot] != 0 or len(op.results) or len(op.regions) != 1:
+        raise InternalError(f"unexpected {op.name} (operand segments {seg}): cannot set its "
+                            f"thread count / schedule")
+    at = sum(seg[:slot])
+    operands = list(op.operands)
+    operands.insert(at, value)
+    seg[slot] = 1
+    attrs = {k: op.attributes[k] for k in op.attributes}
+    attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(seg)
+    attrs.update(extra or {})
+    new = ir.Operation.create(op.name, results=[], operands=operands, attributes=attrs, regions=1,
+                              loc=op.location, ip=ir.InsertionPoint(op))
+    op.regions[0].blocks[0].append_to(new.regions[0])
+    op.erase()
+    return new
+
+
+def thread_count(module) -> int:
+    """Give every ``omp.parallel`` of ``module`` (through the MLIR bindings) a
+    ``num_threads``: the library's global ``sparsecc_num_threads`` (which
+    ``sc.set_num_threads`` writes in every loaded kernel), or 1 when its loop has fewer than
+    :data:`MIN_PARALLEL_TRIP` iterations; and its ``omp.wsloop`` a dynamic schedule of
+    :data:`CHUNK`.  Adds the global; returns how many loops changed.  Raises
+    :class:`InternalError` for a parallel region that is not one work-sharing loop."""
+    from mlir import ir
+    from mlir.dialects import arith, llvm
+
+    regions = ops_named(module, "omp.parallel")
+    if not regions:
+        return 0
+    par_slot, chunk_slot, dynamic = _slots()
+    i32, i64, index = (ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.IndexType.get())
+    ptr = ir.Type.parse("!llvm.ptr")
+    body = module.body
+    with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
+        llvm.GlobalOp(i32, "sparsecc_num_threads", ir.Attribute.parse("#llvm.linkage<external>"),
+                      value=ir.IntegerAttr.get(i32, 1), addr_space=0)
+    for par in regions:
+        inner = list(par.regions[0].blocks[0].operations) if len(par.regions) == 1 else []
+        ws = inner[0] if inner else None
+        nest = None
+        if ws is not None and ws.name == "omp.wsloop" and len(ws.regions) == 1:
+            first = list(ws.regions[0].blocks[0].operations)
+            nest = first[0] if first and first[0].name == "omp.loop_nest" else None
+        if nest is None or len(nest.operands) % 3 or not len(nest.operands):
+            raise InternalError("an omp.parallel that is not one omp.wsloop over an omp.loop_nest: "
+                                "cannot set its thread count")
+        n = len(nest.operands) // 3          # lower bounds, upper bounds, steps; a nest of
+        lb, ub = nest.operands[0], nest.operands[n]   # several dimensions counts its outermost
+        with ir.InsertionPoint(par), par.location:
+            addr = llvm.AddressOfOp(ptr, "sparsecc_num_threads").result
+            wanted = llvm.LoadOp(i32, addr).result
+            trip = arith.subi(ub, lb)
+            small = arith.cmpi(arith.CmpIPredicate.ult, trip,
+                               arith.constant(index, MIN_PARALLEL_TRIP))
+            nt = arith.select(small, arith.constant(i32, 1), wanted)
+            chunk = arith.constant(i64, CHUNK) if CHUNK else None
+        if chunk is not None:
+            _with_operand(ws, chunk_slot, chunk, {"schedule_kind": dynamic})
+        _with_operand(par, par_slot, nt)
+    return len(regions)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
@@ -95,119 +93,85 @@ def _test_hook(hook: dict) -> None:
         os.abort()
 
 
-def _packed_wrapper(module_text: str, ciface: str, types: list[str], entry: str = ENTRY) -> str:
-    """``void <entry>(void **args)`` (default ``sparsecc_entry``): args[k] points at argument k.
+def add_packed_entry(module, ciface: str, entry: str) -> list[str]:
+    """Add ``void <entry>(void **args)`` to ``module`` (LLVM dialect), built through the MLIR
+    bindings: args[k] points at argument k of ``ciface``, which it calls.  Returns the
+    argument types of ``ciface`` (the kernel's ABI, as text).
 
     For a pointer argument (a memref descriptor) args[k] *is* that pointer; for anything
     else (sizes, the sparse storage specifier struct) args[k] points at the value.  Passing
     the specifier struct by value from C does not match LLVM's aggregate ABI, so C callers
     go through this wrapper.
     """
-    lines = [f"  llvm.func @{entry}(%args: !llvm.ptr) attributes {{llvm.emit_c_interface}} {{"]
-    vals = []
-    for k, t in enumerate(types):
-        lines.append(f"    %p{k} = llvm.getelementptr %args[{k}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
-        lines.append(f"    %a{k} = llvm.load %p{k} : !llvm.ptr -> !llvm.ptr")
-        if t == "!llvm.ptr":
-            vals.append(f"%a{k}")
-        else:
-            lines.append(f"    %v{k} = llvm.load %a{k} : !llvm.ptr -> {t}")
-            vals.append(f"%v{k}")
-    lines.append(f"    llvm.call @{ciface}({', '.join(vals)}) : ({', '.join(types)}) -> ()")
-    lines += ["    llvm.return", "  }"]
-    text = module_text.rstrip()
-    assert text.endswith("}")
-    return text[:-1] + "\n".join(lines) + "\n}\n"
+    from mlir import ir
+    from mlir.dialects import llvm
+
+    from sparsecc.errors import InternalError
+
+    target = None
+    for op in module.body.operations:
+        if op.operation.name == "llvm.func" and ir.StringAttr(op.attributes["sym_name"]).value == ciface:
+            target = op.operation
+    if target is None or len(target.regions[0].blocks) == 0:
+        raise InternalError(f"no {ciface} after lowering to the LLVM dialect")
+    types = [a.type for a in target.regions[0].blocks[0].arguments]
+    ptr = ir.Type.parse("!llvm.ptr")
+    with ir.InsertionPoint(module.body), ir.Location.unknown():
+        fn = llvm.LLVMFuncOp(entry, ir.TypeAttr.get(ir.Type.parse("!llvm.func<void (ptr)>")))
+        fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        block = fn.regions[0].blocks.append(ptr)
+        with ir.InsertionPoint(block):
+            args = block.arguments[0]
+            vals = []
+            for k, t in enumerate(types):
+                p = llvm.GEPOp(ptr, args, [], ir.DenseI32ArrayAttr.get([k]), ptr,
+                               ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)).result
+                a = llvm.LoadOp(ptr, p).result
+                vals.append(a if t == ptr else llvm.LoadOp(t, a).result)
+            llvm.CallOp(None, vals, [], ir.DenseI32ArrayAttr.get([]), callee=ir.FlatSymbolRefAttr.get(ciface))
+            llvm.ReturnOp()
+    return [str(t) for t in types]
 
 
 def compile_job(req: dict) -> dict:
+    """One request: MLIR text -> the target's pipelines -> LLVM IR -> the target's code
+    generator -> an object, linked by the target into a library (or kept as an object)."""
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
-    import llvmlite.binding as llb
-
     from sparsecc.options import Options
-    from sparsecc.passes.pipeline import host_features, lower
+    from sparsecc.runtime.targets import from_request
 
     if req.get("test_hook"):
         _test_hook(req["test_hook"])
 
-    # every code-generation option (parallel strategy, vector length, loop order ...); the
-    # old opt_level/cpu fields still count when a request has no "options"
-    options = Options(**req["options"]) if req.get("options") else Options(
-        opt_level=req.get("opt_level", 3), cpu=req.get("cpu"))
+    options = Options(**req["options"])      # every code-generation option
+    target = from_request(req["target"])     # resolved by the caller: no probing here
+    entry = req.get("entry", ENTRY)
     stages: dict[str, str] = {}
     with ir.Context():
         module = ir.Module.parse(req["mlir"])
         stages["mlir"] = str(module)
-        module, lowered, chosen = lower(module, options)
+        module, lowered, chosen = target.kind.lower(module, options, target.facts())
         stages.update(lowered)
-        ciface = f"_mlir_ciface_{req['name']}"
-        types = None
-        for op in module.body.operations:
-            if op.operation.name == "llvm.func" and op.attributes["sym_name"].value == ciface:
-                types = [str(a.type) for a in op.regions[0].blocks[0].arguments]
-        if types is None:
-            raise RuntimeError(f"no {ciface} after lowering")
-        module = ir.Module.parse(_packed_wrapper(str(module), ciface, types, req.get("entry", ENTRY) + BODY))
+        types = add_packed_entry(module, f"_mlir_ciface_{req['name']}", entry + BODY)
+        module.operation.verify()
         stages["llvm-dialect"] = str(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
 
-    llb.initialize_native_target()
-    llb.initialize_native_asmprinter()
-    try:
-        mod = llb.parse_assembly(llvm_ir)
-        mod.verify()
-    except RuntimeError as err:             # LLVM refused the IR
-        raise Rejected(f"LLVM: {err}") from None
-    # Only the packed entry is exported: every other function (the kernel, its C interface,
-    # the sparsifier's insert/sort helpers) becomes internal, so LLVM may inline them and
-    # several kernels can share one library without clashing symbols.
-    entry = req.get("entry", ENTRY)
-    for fn in mod.functions:
-        if fn.is_declaration:
-            continue
-        if fn.name == entry + BODY:
-            fn.visibility = "hidden"    # called by the C entry (OOM_C) linked next to it
-        else:
-            fn.linkage = "internal"
-    cpu = options.cpu or llb.get_host_cpu_name()
-    features = host_features(llb.get_host_cpu_features().flatten()) if not options.cpu else ""
-    tm = llb.Target.from_default_triple().create_target_machine(
-        cpu=cpu, features=features, opt=options.opt_level, reloc="pic", codemodel="default")
-    pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=options.opt_level))
-    pb.getModulePassManager().run(mod, pb)
-    redirect_allocations(mod)
-    stages["llvm"] = str(mod)
-    obj = tm.emit_object(mod)
-
+    stages["llvm"], obj = target.kind.codegen(llvm_ir, target, options, entry + BODY)
     out = req["out"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
     reply = {"ok": True, "stages": stages, "arg_types": types, "parallel": chosen["parallel"],
              "openmp": chosen["openmp"]}
     if req.get("object_only"):          # ahead-of-time libraries link several objects later
         if chosen["openmp"]:
-            raise RuntimeError("internal error: an ahead-of-time object with parallel loops")
+            from sparsecc.errors import InternalError
+            raise InternalError("an ahead-of-time object with parallel loops")
         with open(out, "wb") as f:
             f.write(obj)
         return reply
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
-        o = os.path.join(tmp, "kernel.o")
-        so = os.path.join(tmp, "kernel.so")
-        c = os.path.join(tmp, "entry.c")
-        with open(o, "wb") as f:
-            f.write(obj)
-        with open(c, "w") as f:
-            f.write(OOM_C + f"SPARSECC_ENTRY({entry})\n")
-        cc = req.get("cc") or "cc"
-        libs = ["-lm"]
-        if chosen["openmp"]:            # libomp by name; the runtime loads it before the kernel
-            from sparsecc.runtime.threads import link_args
-            libs = link_args() + libs
-        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", so, o, c, *libs], capture_output=True, text=True)
-        if r.returncode:
-            raise Rejected(f"linking with {cc} failed: {r.stderr.strip()}")
-        os.replace(so, out)
+    target.kind.link(obj, out, target, chosen, entry, req.get("cc") or "cc")
     return reply
 
 

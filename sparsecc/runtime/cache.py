@@ -1,7 +1,8 @@
 """The on-disk kernel cache: ``<key>.so`` and ``<key>.json`` per kernel.
 
-The key hashes the MLIR text, the options, the target CPU and its features (this machine's,
-or ``Options.cpu``), the library ABI, the pass pipelines and the versions of sparsecc, the
+The key hashes the MLIR text, the options, the compile target's key part (for the CPU
+target: the CPU and its features, this machine's or ``Options.cpu``'s, and the OpenMP
+runtime's version; see ``targets.py``), the library ABI, the pass pipelines and the versions of sparsecc, the
 MLIR wheels, LLVM and llvmlite.
 
 **Where.**  ``$SPARSECC_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparsecc``, else
@@ -168,38 +169,21 @@ def versions() -> str:
 ABI = "entry-int-oom-2"
 
 
-def _host_cpu() -> tuple[str, str]:
-    """(LLVM CPU name, feature string) of this machine, as the compile worker targets it."""
-    import llvmlite.binding as llb
-    from ..passes.pipeline import host_features
-    return llb.get_host_cpu_name(), host_features(llb.get_host_cpu_features().flatten())
-
-
-_host_target: tuple[str, str] | None = None
-
-
-def target(cpu: str | None = None) -> str:
-    """What the code is built for: ``cpu`` (an LLVM CPU name; generic features), or this
-    machine's CPU and every feature it has (AVX-512 tuning included).  Code built for one
-    machine's features can die with SIGILL on another: a cache folder shared between
-    machines keeps their kernels apart."""
-    global _host_target
-    if cpu:
-        return f"cpu={cpu};features="
-    if _host_target is None:
-        _host_target = _host_cpu()
-    name, features = _host_target
-    return f"cpu={name};features={features}"
-
-
-def key_of(mlir: str, options_key: str, cpu: str | None = None) -> str:
-    """Versions, options, the target CPU and its features (``cpu``: ``Options.cpu``; None
-    for this machine's), the library ABI and the C entry glue, the pass pipelines (a changed
-    pipeline is a different kernel) and the MLIR text."""
+def key_of(mlir: str, options_key: str, target=None) -> str:
+    """Versions, options, the target's key part (its name and what it builds for: the CPU
+    name and features, this machine's or ``Options.cpu``'s, and the OpenMP runtime; see
+    ``targets.py``; None: the default options' target), the library ABI and the C entry
+    glue, the pass pipelines (a changed pipeline is a different kernel) and the MLIR text.
+    Code built for one machine's features can die with SIGILL on another: a cache folder
+    shared between machines keeps their kernels apart."""
+    from ..options import DEFAULT
     from ..passes import fingerprint
+    from . import targets
     from ._worker import OOM_C
+    if target is None:
+        target = targets.resolve(DEFAULT)
     h = hashlib.sha256()
-    for part in (versions(), options_key, target(cpu), ABI, OOM_C, fingerprint(), mlir):
+    for part in (versions(), options_key, target.key(), ABI, OOM_C, fingerprint(), mlir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -386,9 +370,14 @@ def _install(d: str, key: str, info: dict, data: bytes) -> None:
             _remove(t)
 
 
-def open_library(entry: Entry) -> ctypes.CDLL:
+def open_library(entry: Entry, target=None) -> ctypes.CDLL:
     """Load exactly the bytes ``entry`` verified, from a private copy (see the module
-    docstring); a library with the same bytes is loaded once per process."""
+    docstring), with ``target``'s loader (None: the default options' target); a library
+    with the same bytes is loaded once per process."""
+    if target is None:
+        from ..options import DEFAULT
+        from .targets import resolve
+        target = resolve(DEFAULT)
     with _libs_lock:
         lib = _libs.get(entry.sha256)
         if lib is not None:
@@ -407,7 +396,7 @@ def open_library(entry: Entry) -> ctypes.CDLL:
             # dlopen reuses a loaded library with the same name or the same inode: the name
             # is never used again in this process, and a loaded copy keeps its inode alive
             # (ctypes never unloads) so the number cannot be recycled for a later copy
-            lib = ctypes.CDLL(path)
+            lib = target.kind.load(path, entry.info)
         finally:
             _remove(path)
         _libs[entry.sha256] = lib

@@ -187,28 +187,33 @@ def _read_reply(w: _Worker, deadline: float) -> bytes | str:
         need, have_header = HEADER + n, True
 
 
-def compile_library(mlir: str, out: str, *, options: Options | None = None, opt_level: int | None = None,
-                    cpu: str | None = None, name: str = "kernel", what: str = "kernel",
-                    entry: str = "sparsecc_entry", object_only: bool = False) -> dict:
-    """Compile ``mlir`` into the shared library ``out``; returns stages and the ABI, and
-    what was chosen for the kernel (``parallel``: the MLIR strategy, ``openmp``: whether
-    the library has parallel loops and needs the OpenMP runtime).
+def compile_library(mlir: str, out: str, *, target=None, options: Options | None = None,
+                    opt_level: int | None = None, cpu: str | None = None, name: str = "kernel",
+                    what: str = "kernel", entry: str = "sparsecc_entry", object_only: bool = False) -> dict:
+    """Compile ``mlir`` for ``target`` into the shared library ``out``; returns stages and
+    the ABI, and what was chosen for the kernel (``parallel``: the MLIR strategy,
+    ``openmp``: whether the library has parallel loops and needs the OpenMP runtime).
 
-    ``options``: every code-generation option (:class:`sparsecc.Options`; ``opt_level`` and
-    ``cpu``, when given, override its fields); ``entry``: the exported packed entry point;
-    ``object_only``: write an object file instead of linking a library (ahead-of-time builds
-    link several).
+    ``target``: a :class:`~sparsecc.runtime.targets.Target` (default: the one ``options``
+    resolve to on this machine); the worker receives it resolved (name and parameters) and
+    runs its pipelines, code generator and linker.  ``options``: every code-generation
+    option (:class:`sparsecc.Options`; ``opt_level`` and ``cpu``, when given, override its
+    fields); ``entry``: the exported packed entry point; ``object_only``: write an object
+    file instead of linking a library (ahead-of-time builds link several).
 
     Raises :class:`CompileError` (IR saved) when MLIR or LLVM reject the kernel, crash or
     do not answer in time, :class:`InternalError` for a bug in sparsecc's worker.
     """
+    from . import targets
     global _worker
     options = options or DEFAULT
     if opt_level is not None or cpu is not None:
         options = dataclasses.replace(options, opt_level=options.opt_level if opt_level is None else opt_level,
                                       cpu=cpu if cpu is not None else options.cpu)
+    if target is None:
+        target = targets.resolve(options)
     req = {"mlir": mlir, "entry": entry, "object_only": object_only, "options": dataclasses.asdict(options),
-           "name": name}
+           "name": name, "target": target.request()}
     if _test_hook:
         req["test_hook"] = _test_hook
     digest = hashlib.sha256(json.dumps(req, sort_keys=True).encode()).hexdigest()

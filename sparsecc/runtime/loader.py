@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..options import DEFAULT, Options
-from . import cache, compiler, threads
+from . import cache, compiler, targets, threads
 
 
 @dataclass
@@ -62,26 +62,23 @@ def _dump(key: str, stages: dict) -> None:
 
 
 def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
-    key = cache.key_of(mlir, options.key(), options.cpu)
+    target = targets.resolve(options)   # resolved once per process (cached)
+    key = cache.key_of(mlir, options.key(), target)
     entry = cache.lookup(key)           # verified (SHA-256) or None; a bad entry is deleted
     if entry is not None:
         try:                            # a verified pair whose library will not load: rebuild
-            if entry.info.get("openmp"):
-                threads.load_runtime()
-            lib = cache.open_library(entry)
+            lib = cache.open_library(entry, target)   # the target's loader (libomp first if needed)
         except OSError:
             cache.discard(entry)
             entry = None
     if entry is None:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
-        reply = compiler.compile_library(mlir, out, options=options, what=what)
+        reply = compiler.compile_library(mlir, out, target=target, options=options, what=what)
         entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
                                   "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
-        if entry.info.get("openmp"):
-            threads.load_runtime()        # libomp, before the library that needs it
-        lib = cache.open_library(entry)   # exactly the bytes that were hashed
+        lib = cache.open_library(entry, target)   # exactly the bytes that were hashed
     else:
         STATS.disk_hits += 1
     threads.register(lib)                 # its thread count follows sc.set_num_threads

@@ -28,7 +28,7 @@ from ..expr import Reduce, Statement, accesses, infer_dtypes
 from ..formats import Format, resolve
 from ..options import Options
 from ..patterns import check_sparse_result, default_result_format
-from . import compiler
+from . import compiler, targets
 from .loader import STATS, load_module, read_stages
 
 #: loaded specializations by (statement, formats, dtypes, options, result format); the call
@@ -145,7 +145,7 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
-        reply = compiler.compile_library(mlir, obj_path, options=options,
+        reply = compiler.compile_library(mlir, obj_path, target=targets.resolve(options), options=options,
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")

@@ -125,15 +125,6 @@ def load_runtime() -> ctypes.CDLL:
         return _runtime
 
 
-def link_args() -> list[str]:
-    """What a parallel kernel library is linked with: the folder of libomp, and libomp by
-    name only (no run path: :func:`load_runtime` loads it first)."""
-    path = runtime_path()
-    if path is None:
-        raise SparseccError(f"parallel kernels need the {_RUNTIME_DIST!r} package (pip install {_RUNTIME_DIST})")
-    return ["-L" + os.path.dirname(path), "-l:" + os.path.basename(path)]
-
-
 def register(lib: ctypes.CDLL) -> bool:
     """Point ``lib``'s thread count at the current setting and follow later changes; False
     if ``lib`` has no parallel loops."""
