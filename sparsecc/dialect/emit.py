@@ -272,7 +272,17 @@ class _Body:
             v = self.unary(e, row)
         else:
             raise AssertionError(f"unexpected node {e}")
-        return self.cast(v, row, want) if want is not None else v
+        if want is None or want.name == row.name:
+            return v
+        if self.sparse_loop and self.stored and self.sparse_in(e):
+            # over stored entries only: the conversion in a unary region with an empty absent
+            # one (a plain arith.cmpf for x != 0 makes the sparsifier visit every entry, and
+            # the unstored ones then take part as False)
+            t = _body_type(row)
+            return self.sparse_op(f"sparse_tensor.unary {v} : {t} to {_body_type(want)}",
+                                  [("present", self.region([t], lambda p: self.cast(p, row, want),
+                                                           _body_type(want))), ("absent", None)])
+        return self.cast(v, row, want)
 
     def operand_rows(self, e: Binary, row: dt.DType) -> tuple[dt.DType | None, dt.DType | None]:
         """The dtypes ``e``'s two sides are computed in (None: their own)."""
@@ -652,7 +662,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         out_memref = "memref" + out_type[len("tensor"):]
         params.append(f"%out_m: {out_memref}")
         fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
-        skip_fill = zeroed_output and (not red or (red_op in ("sum", "plus") and ident in (None, 0)))
+        skip_fill = zeroed_output and red_op in ("sum", "plus") and ident in (None, 0)
         res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op,
                          identity=ident, fill=not skip_fill)
         result = ""
@@ -837,6 +847,17 @@ class _Function:
         forcing = []
         outer = set()
         for a in ins:
+            f = self.formats.get(a.tensor)
+            if a.tensor in self.encs and f.block is not None and any(i in out_idx for i in a.indices) \
+                    and any(i not in out_idx for i in a.indices):
+                # a block format's block levels come before its in-block ones: a reduced index's
+                # block loop then encloses a kept index's offset loop, and the reduction restarts
+                # in every block (BSR max over rows saw only the last block).  Read it unblocked.
+                self.convert(a, Format(tuple("compressed" if f.level_base(l) != "dense" else "dense"
+                                             for l in range(len(f.levels) // 2)), None, None,
+                                       f.pos_width, f.crd_width))
+                continue
+
             # a dense operand's dimensions also order the loops the sparsifier picks
             seq = self._level_indices(a) if a.tensor in self.encs else list(a.indices)
             if seq is None or len(set(seq)) != len(seq):
@@ -935,7 +956,7 @@ class _Function:
         domain = f"({', '.join(d[i] for i in dims)})"
         filled = init
         if fill:
-            zero_text, zt = _const_text(identity_of(red_op, row, identity) if red_idx else 0, row)
+            zero_text, zt = _const_text(identity_of(red_op, row, identity) if red_idx or red_op != "sum" else 0, row)
             z = self.fresh("zero")
             self.lines.append(f"{z} = {zero_text}")
             filled = self.fresh("init")
@@ -992,9 +1013,13 @@ class _Function:
         if red_idx and (red_op == "sum" or (red_op == "plus" and not sparse_loop)):
             op = _ARITH["+"][row.kind]
             v = body.emit(f"{op} %acc, {v} : {bt}")
-        elif red_idx:
+        elif red_idx or (red_op != "sum" and fill):
             # a monoid over stored entries, "plus" included: with a plain add the sparsifier
-            # inserts into a sparse result after every reduction loop, reached or not
+            # inserts into a sparse result after every reduction loop, reached or not.  Over no
+            # index (a semiring einsum without a contracted index) into a dense result, the
+            # body still combines with %acc: a body that ignores it lets the fill with the
+            # identity be dropped (every output entry counts as overwritten), leaving 0 where
+            # no stored pair met
             combine = _MONOID_OP.get(red_op, "+")
             if sparse_loop:
                 ident = body.hoist_constant(identity_of(red_op, row, identity), row)
