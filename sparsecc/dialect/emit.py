@@ -29,7 +29,7 @@ from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
-                    Where, accesses, free_indices, infer_dtypes, walk)
+                    Where, accesses, children, free_indices, infer_dtypes, walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 
@@ -853,9 +853,7 @@ class _Function:
                 # a block format's block levels come before its in-block ones: a reduced index's
                 # block loop then encloses a kept index's offset loop, and the reduction restarts
                 # in every block (BSR max over rows saw only the last block).  Read it unblocked.
-                self.convert(a, Format(tuple("compressed" if f.level_base(l) != "dense" else "dense"
-                                             for l in range(len(f.levels) // 2)), None, None,
-                                       f.pos_width, f.crd_width))
+                self.unblock(a)
                 continue
 
             # a dense operand's dimensions also order the loops the sparsifier picks
@@ -876,6 +874,59 @@ class _Function:
             else:
                 swaps[a] = self.kept_first_copy(a, out_idx)
         return swaps
+
+    def broadcasts(self, e: Expr, dims) -> dict:
+        """Dense operands to read broadcast over the loops of a sparse operand they meet in a
+        union (``A[i,j] + y[i]`` over CSR, ``- max min <``...; CSC with ``y[j]``; COO with
+        either): MLIR 22's sparsifier crashes (SIGSEGV) on a union of a sparse level with a
+        dense value invariant in that level's loop.  Such a dense access becomes a dense
+        temporary over the sparse side's indices too (``Y[i,j] = y[i]``), which the union
+        then co-iterates like any dense matrix.  Returned as {access: replacement}."""
+        swaps = {}
+
+        def visit(node, stored):
+            if isinstance(node, Stored):
+                return visit(node.body, True)
+            if isinstance(node, Reduce):
+                return visit(node.body, stored or node.op != "sum")
+            if isinstance(node, Binary) and not stored:
+                nonzero, left_kills, right_kills = zero_behaviour(node.op)
+                for side, other, kills in ((node.left, node.right, left_kills),
+                                           (node.right, node.left, right_kills)):
+                    sparse_idx = {i for a in accesses(side) if a.tensor in self.encs for i in a.indices}
+                    if not sparse_idx or (kills and not nonzero):
+                        continue
+                    dense_other = [a for a in accesses(other) if a.tensor not in self.encs and a.indices]
+                    for a in accesses(side) if dense_other else ():
+                        if a.tensor in self.encs and self.formats[a.tensor].block is not None:
+                            self.unblock(a)     # a block format in a union with a dense operand crashes too
+                    for a in dense_other:
+                        if not sparse_idx <= set(a.indices) and a not in swaps:
+                            want = set(a.indices) | sparse_idx
+                            swaps[a] = self.broadcast_copy(a, tuple(i for i in dims if i in want))
+            for c in children(node):
+                visit(c, stored)
+        visit(e, False)
+        return swaps
+
+    def broadcast_copy(self, a: Access, idx) -> Access:
+        """A dense temporary ``T[idx] = a`` (``idx`` includes ``a``'s indices)."""
+        row = _row(self.node_dtypes[a])
+        name = self.fresh("bc")
+        ttype = _tensor_type(len(idx), row, None)
+        self.alloc(f"{name}_m", f"{name}_e", idx, row)
+        res = self.generic(f"{name}_e", ttype, idx, (), a, self.node_dtypes[a], fill=False)
+        acc = Access(name, idx)
+        self.ssa[name], self.types[name] = res, ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
+    def unblock(self, a: Access) -> None:
+        """Read block-sparse operand ``a`` without blocks (BSR as CSR) from here on."""
+        f = self.formats[a.tensor]
+        if f.block is not None:
+            self.convert(a, Format(tuple("compressed" if f.level_base(l) != "dense" else "dense"
+                                         for l in range(f.rank)), f.order, None, f.pos_width, f.crd_width))
 
     def kept_first_copy(self, a: Access, out_idx) -> Access:
         """A dense temporary holding dense operand access ``a`` with its kept indices first
@@ -963,6 +1014,11 @@ class _Function:
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
+        if sparse_loop:
+            swaps = self.broadcasts(body_expr, dims)
+            if swaps:
+                body_expr = _replace_accesses(body_expr, swaps, self.node_dtypes)
+                ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         if self.split and (red_op != "sum" and red_idx or isinstance(body_expr, Stored)):
             # the retry for stored semantics (which split temporaries would break): read every
             # sparse operand in the loop order out_idx, red_idx, where no order conflicts

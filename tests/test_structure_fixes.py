@@ -1,0 +1,152 @@
+"""Statements that compiled wrong or not at all (kernel structure: operands, formats,
+reductions), each checked against an oracle that shares no code with sparsecc: numpy.einsum
+on dense copies, or loops written out over the stored entries (GraphBLAS's semantics: only
+stored entries take part; an output entry with no term gets the monoid's identity)."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+IDENT = {"plus": 0, "times": 1, "min": np.inf, "max": -np.inf, "lor": False, "land": True}
+ADD = {"plus": lambda a, b: a + b, "times": lambda a, b: a * b, "min": min, "max": max,
+       "lor": lambda a, b: bool(a) or bool(b), "land": lambda a, b: bool(a) and bool(b)}
+
+
+def _stored(x):
+    """(dense copy, mask of stored entries) of a scipy array or a numpy array (all stored)."""
+    if isinstance(x, np.ndarray):
+        return x, np.ones(x.shape, bool)
+    c = sp.coo_array(x)
+    mask = np.zeros(c.shape, bool)
+    mask[c.coords] = True
+    return c.toarray(), mask
+
+
+def _row_reduce(x, op, axis):
+    """op over ``axis`` of a 2-d operand's stored entries, identity where none (loops)."""
+    d, m = _stored(x)
+    if axis == 0:
+        d, m = d.T, m.T
+    out = []
+    for r in range(d.shape[0]):
+        acc = IDENT[op]
+        for c in range(d.shape[1]):
+            if m[r, c]:
+                acc = ADD[op](acc, d[r, c])
+        out.append(acc)
+    return np.array(out)
+
+
+M = np.array([[5.0, 0.0, 1.0, 0.0],
+              [0.0, 3.0, 0.0, 0.0],
+              [0.0, 0.0, 0.0, 0.0],
+              [-2.0, 0.0, 0.0, 7.0]])
+
+
+# ------------------------------------------------------------------ 2: block formats
+@pytest.mark.parametrize("op", ["max", "min", "plus"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_monoid_over_bsr_sees_every_block(op, axis):
+    B = sp.bsr_array(M, blocksize=(2, 2))
+    stmt = f"y[i] = {op}[j](A[i,j])" if axis == 1 else f"y[j] = {op}[i](A[i,j])"
+    got = sc.evaluate(stmt, A=B)
+    np.testing.assert_array_equal(got, _row_reduce(B, op, axis))
+
+
+def test_bsr_issue_example_and_semiring():
+    B = sp.bsr_array(M[:2], blocksize=(2, 2))
+    np.testing.assert_array_equal(sc.ops.amax(B, axis=1), [5, 3])
+    x = np.arange(4.0)
+    want = [max(B.toarray()[i, j] + x[j] for j in range(4) if (i, j) in {(0, 0), (0, 1), (0, 2), (0, 3),
+                                                                         (1, 0), (1, 1), (1, 2), (1, 3)})
+            for i in range(2)]     # a BSR block stores every entry of the block, zeros included
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", B, x, semiring="max_plus"), want)
+
+
+@pytest.mark.parametrize("fmt", ["csf", "coo", "dense-trailing"])
+def test_monoid_over_3d_formats_with_dense_levels(fmt):
+    rng = np.random.default_rng(2)
+    T = np.where(rng.random((3, 4, 2)) < 0.3, rng.integers(1, 9, (3, 4, 2)), 0).astype(float)
+    x = sp.coo_array(T)
+    spec = {"csf": "csf", "coo": "coo",
+            "dense-trailing": "(i, j, k) -> (i : compressed(nonunique), j : singleton, k : dense)"}[fmt]
+    d, m = _stored(x)
+    if fmt == "dense-trailing":      # the trailing dense level stores every k of a stored (i, j)
+        m = np.repeat(m.any(axis=2, keepdims=True), 2, axis=2)
+    want = np.full((3, 2), -np.inf)
+    for i, j, k in zip(*np.nonzero(m)):
+        want[i, k] = max(want[i, k], d[i, j, k])
+    got = sc.compile("y[i,k] = max[j](T[i,j,k])", out_format="dense", T=spec)(T=x)
+    np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------ 3: land on non-bool values
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_])
+@pytest.mark.parametrize("fmt", [sp.csr_array, sp.csc_array, sp.coo_array])
+def test_land_sees_stored_entries_only(dtype, fmt):
+    A = fmt(np.array([[1, 2], [0, 3], [0, 0]], dtype=dtype))
+    np.testing.assert_array_equal(sc.evaluate("y[i] = land[j](A[i,j])", A=A), [True, True, True])
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", A, np.zeros(2, dtype), semiring="land_lor"),
+                                  [True, True, True])
+    S = fmt(np.array([[1, 0], [0, 0]], dtype=dtype))
+    S = sp.coo_array((np.array([1, 0], dtype), (np.array([0, 1]), np.array([0, 1]))), shape=(2, 2)).asformat(
+        fmt(S).format)               # a stored zero is False
+    np.testing.assert_array_equal(sc.evaluate("y[i] = land[j](A[i,j])", A=S), [True, False])
+
+
+# ------------------------------------------------------------------ 4: identity without contraction
+@pytest.mark.parametrize("semiring", ["min_plus", "max_plus", "plus_times", "land_lor", "lor_land", "max_min"])
+@pytest.mark.parametrize("fmt", ["coo", "csr", "csc"])
+def test_semiring_without_contraction_fills_identity(semiring, fmt):
+    add, mul = semiring.split("_")
+    F = {"plus": np.add, "times": np.multiply, "min": np.minimum, "lor": np.logical_or,
+         "land": np.logical_and}[mul]
+    A = sp.coo_array(np.array([[1.0, 0.0, 2.0], [0.0, 0.0, 4.0]])).asformat(fmt)
+    B = sp.coo_array(np.array([[3.0, 5.0, 0.0], [0.0, 0.0, 1.0]])).asformat(fmt)
+    x = np.array([2.0, -1.0])
+    for sub, ops in (("ij,ij->ij", (A, B)), ("kj,k->kj", (A, x)), ("j,j->j", (sp.coo_array(A.toarray()[0]),
+                                                                             np.array([1.0, 2.0, 3.0])))):
+        got = sc.einsum(sub, *ops, semiring=semiring, out_format="dense")
+        dense = [_stored(o) for o in ops]
+        ins = sub.split("->")[0].split(",")
+        shape = got.shape
+        want = np.empty(shape, dtype=got.dtype)
+        for pos in np.ndindex(*shape):
+            env = dict(zip(sub.split("->")[1], pos))
+            vals = [d[tuple(env[c] for c in s)] for (d, _), s in zip(dense, ins)]
+            present = all(m[tuple(env[c] for c in s)] for (_, m), s in zip(dense, ins))
+            want[pos] = F(*vals) if present else IDENT[add]
+        np.testing.assert_array_equal(got, want, err_msg=f"{sub} {semiring} {fmt}")
+
+
+# ------------------------------------------------------------------ 5: sparse with a broadcast dense vector
+def _operand(fmt, D):
+    if fmt == "bsr":
+        return sp.bsr_array(D, blocksize=(2, 2))
+    return {"csr": sp.csr_array, "csc": sp.csc_array, "coo": sp.coo_array, "dcsr": sp.csr_array}[fmt](D)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "bsr"])
+@pytest.mark.parametrize("stmt, oracle", [
+    ("C[i,j] = A[i,j] + y[i]", lambda D, y, z: D + y[:, None]),
+    ("C[i,j] = A[i,j] - z[j]", lambda D, y, z: D - z[None, :]),
+    ("C[i,j] = y[i] - A[i,j]", lambda D, y, z: y[:, None] - D),
+    ("C[i,j] = max(A[i,j], y[i])", lambda D, y, z: np.maximum(D, y[:, None])),
+    ("C[i,j] = min(A[i,j], z[j])", lambda D, y, z: np.minimum(D, z[None, :])),
+    ("C[i,j] = A[i,j] < y[i]", lambda D, y, z: D < y[:, None]),
+    ("x[i] = sum[j](A[i,j] - y[i])", lambda D, y, z: (D - y[:, None]).sum(axis=1)),
+    ("x[j] = sum[i](A[i,j] + z[j])", lambda D, y, z: (D + z[None, :]).sum(axis=0)),
+])
+def test_sparse_plus_broadcast_vector(fmt, stmt, oracle):
+    rng = np.random.default_rng(5)
+    D = np.where(rng.random((4, 6)) < 0.4, rng.random((4, 6)), 0.0)
+    y, z = rng.random(4) - 0.5, rng.random(6) - 0.5
+    k = sc.compile(stmt, A="dcsr") if fmt == "dcsr" else sc.compile(stmt)
+    ops = {n: v for n, v in dict(A=_operand(fmt, D), y=y, z=z).items() if f"{n}[" in stmt}
+    np.testing.assert_allclose(k(**ops), oracle(D, y, z))
