@@ -705,10 +705,17 @@ class _Function:
         A sparse operand read with a repeated index (``A[i,i]``) becomes a dense temporary
         too: its diagonal, selected from the stored entries.
         """
+        sparse_kernel = any(a.tensor in self.encs for a in accesses(e))
+
         def visit(node: Expr, root: bool, stored: bool = False) -> Expr:
             if isinstance(node, Access):
-                if node.tensor in self.encs and len(set(node.indices)) != len(node.indices):
-                    return self.diagonal(node)
+                if len(set(node.indices)) != len(node.indices):
+                    if node.tensor in self.encs:
+                        return self.diagonal(node)
+                    if sparse_kernel:
+                        # a dense operand's diagonal (a (d0) -> (d0, d0) map) next to a sparse
+                        # operand leaves an unbufferized cast in MLIR 22: copy it out first
+                        return self.dense_diagonal(node)
                 return node
             if isinstance(node, (Const, Index)):
                 return node
@@ -820,6 +827,19 @@ class _Function:
         acc = Access(name, uniq)
         self.ssa[name] = res
         self.types[name] = ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
+    def dense_diagonal(self, a: Access) -> Access:
+        """``D[i] = A[i,i]`` for a dense ``A``, a dense temporary (one dense loop nest)."""
+        uniq = tuple(dict.fromkeys(a.indices))
+        row = _row(self.node_dtypes[a])
+        name = self.fresh("ddiag")
+        ttype = _tensor_type(len(uniq), row, None)
+        self.alloc(f"{name}_m", f"{name}_e", uniq, row)
+        res = self.generic(f"{name}_e", ttype, uniq, (), a, self.node_dtypes[a], fill=False)
+        acc = Access(name, uniq)
+        self.ssa[name], self.types[name] = res, ttype
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
