@@ -110,7 +110,19 @@ def _multiply(mul: str):
     if any(isinstance(n, (Reduce, Index)) for n in walk(stmt.expr)):
         raise SparseccError(f"semiring multiply {mul!r} must be a scalar expression of a and b")
     template = stmt.expr
-    return lambda a, b: _substitute(template, {"a": a, "b": b})
+    used = set(stmt.operands)
+
+    def multiply(a, b):
+        e = _substitute(template, {"a": a, "b": b})
+        # a side the expression ignores still takes part: a term exists only where both
+        # sides store an entry (mul="b" is second(a, b), not b alone, which would lose a's
+        # pattern and the sizes of indices only a carries)
+        if "a" not in used:
+            e = Binary("second", a, e)
+        if "b" not in used:
+            e = Binary("first", e, b)
+        return e
+    return multiply
 
 
 def _substitute(e: Expr, env: dict) -> Expr:

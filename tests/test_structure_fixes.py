@@ -187,3 +187,27 @@ def test_repeated_index_next_to_other_operands(sub, mix):
     got = sc.einsum(sub, *ops, formats=fmts)
     got = got.toarray() if hasattr(got, "toarray") else got
     np.testing.assert_allclose(got, np.einsum(sub, *dense))
+
+
+# ------------------------------------------------------------------ 6, 7: lor_pair SpMV, a mul ignoring a side
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_])
+@pytest.mark.parametrize("sub", ["ij,j->i", "ji,j->i"])
+def test_lor_pair_spmv(sub, dtype):
+    A = sp.csr_array(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=dtype))
+    want = np.array([True, False, True]) if sub == "ij,j->i" else np.array([True, True, True])
+    np.testing.assert_array_equal(sc.einsum(sub, A, np.zeros(3, dtype), semiring="lor_pair"), want)
+
+
+@pytest.mark.parametrize("mul, fn", [("b", lambda a, b: b), ("a", lambda a, b: a), ("b * 2 - 1", lambda a, b: b * 2 - 1)])
+def test_multiply_that_ignores_a_side(mul, fn):
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]]))
+    B = sp.csr_array(np.array([[0.0, 4.0], [6.0, 0.0]]))
+    x = np.array([5.0, 7.0])
+    Ad, Am = _stored(A)
+    Bd, Bm = _stored(B)
+    want_v = [sum(fn(Ad[i, j], x[j]) for j in range(2) if Am[i, j]) for i in range(3)]
+    want_m = [[sum(fn(Ad[i, j], Bd[j, k]) for j in range(2) if Am[i, j] and Bm[j, k]) for k in range(2)]
+              for i in range(3)]
+    s = sc.Semiring(add="plus", mul=mul)
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", A, x, semiring=s), want_v)
+    np.testing.assert_array_equal(sc.einsum("ij,jk->ik", A, B, semiring=s).toarray(), want_m)
