@@ -211,3 +211,16 @@ def test_multiply_that_ignores_a_side(mul, fn):
     s = sc.Semiring(add="plus", mul=mul)
     np.testing.assert_array_equal(sc.einsum("ij,j->i", A, x, semiring=s), want_v)
     np.testing.assert_array_equal(sc.einsum("ij,jk->ik", A, B, semiring=s).toarray(), want_m)
+
+
+# ------------------------------------------------------------------ the sweep: semirings x formats x dtypes
+from _semiring_sweep import cases as _sweep_cases  # noqa: E402
+from _semiring_sweep import check as _sweep_check  # noqa: E402
+
+
+@pytest.mark.parametrize("semiring, fmt, dtype, sub", _sweep_cases(40, 12))
+def test_semiring_sweep(semiring, fmt, dtype, sub):
+    try:
+        _sweep_check(semiring, fmt, dtype, sub, seed=12)
+    except sc.DTypeError as err:        # minus of bools: numpy refuses it too
+        assert np.dtype(dtype) == np.bool_ and "minus" in semiring, err

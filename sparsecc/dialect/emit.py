@@ -274,7 +274,7 @@ class _Body:
             raise AssertionError(f"unexpected node {e}")
         if want is None or want.name == row.name:
             return v
-        if self.sparse_loop and self.stored and self.sparse_in(e):
+        if self.sparse_loop and (self.stored or isinstance(e, Stored)) and self.sparse_in(e):
             # over stored entries only: the conversion in a unary region with an empty absent
             # one (a plain arith.cmpf for x != 0 makes the sparsifier visit every entry, and
             # the unstored ones then take part as False)
