@@ -86,6 +86,21 @@ def test_monoid_over_3d_formats_with_dense_levels(fmt):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("spec", ["(i, j) -> (i : compressed, j : dense)", "(i, j) -> (j : compressed, i : dense)"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_monoid_over_2d_hybrid_formats(spec, axis):
+    D = np.array([[0.0, 4.0, 0.0], [0.0, 0.0, 0.0], [-1.0, 0.0, 2.0]])
+    m = np.zeros(D.shape, bool)           # a dense level stores every entry below a stored parent
+    if "i : compressed" in spec:
+        m[D.any(axis=1)] = True
+    else:
+        m[:, D.any(axis=0)] = True
+    dd, mm = (D, m) if axis == 1 else (D.T, m.T)
+    want = [max([v for v, s in zip(r, q) if s], default=-np.inf) for r, q in zip(dd, mm)]
+    stmt = "y[i] = max[j](A[i,j])" if axis == 1 else "y[j] = max[i](A[i,j])"
+    np.testing.assert_array_equal(sc.compile(stmt, A=spec)(A=sp.coo_array(D)), want)
+
+
 # ------------------------------------------------------------------ 3: land on non-bool values
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_])
 @pytest.mark.parametrize("fmt", [sp.csr_array, sp.csc_array, sp.coo_array])
