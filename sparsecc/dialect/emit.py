@@ -914,8 +914,10 @@ class _Function:
                 for side, other, kills in ((node.left, node.right, left_kills),
                                            (node.right, node.left, right_kills)):
                     sparse_idx = {i for a in accesses(side) if a.tensor in self.encs for i in a.indices}
-                    if not sparse_idx or (kills and not nonzero):
-                        continue
+                    if not sparse_idx or (kills and not nonzero) or (node.op == "/" and side is node.left):
+                        continue      # an intersection, or x / y (the sparsifier keeps x's pattern)
+                    if any(a.tensor in self.encs for a in accesses(other)):
+                        continue      # the other side's presence follows its own sparse operand
                     dense_other = [a for a in accesses(other) if a.tensor not in self.encs and a.indices]
                     for a in accesses(side) if dense_other else ():
                         if a.tensor in self.encs and self.formats[a.tensor].block is not None:
