@@ -98,9 +98,9 @@ def check(semiring, fmt, dtype, sub, seed):
     a, fa = operand(A, fmt)
     b, fb = operand(B, fmt) if B.ndim == 2 else (B, None)
     want, has = oracle(sub, add, mul, [a, b], dtype)
-    if dtype == np.bool_ or add in ("lor", "land", "lxor"):
-        want = np.vectorize(bool, otypes=[object])(want)      # bool + bool is or
     got = sc.einsum(sub, a, b, semiring=semiring, formats=(fa, fb))
+    if got.dtype == np.bool_:
+        want = np.vectorize(bool, otypes=[object])(want)      # bool + bool is or
     if hasattr(got, "toarray"):                    # a sparse result: entries with no term unstored
         gd, gm = stored(got)
         assert not (gm & ~has).any(), f"stored where no term: {np.argwhere(gm & ~has)}"
