@@ -110,7 +110,19 @@ def _multiply(mul: str):
     if any(isinstance(n, (Reduce, Index)) for n in walk(stmt.expr)):
         raise SparseccError(f"semiring multiply {mul!r} must be a scalar expression of a and b")
     template = stmt.expr
-    return lambda a, b: _substitute(template, {"a": a, "b": b})
+    used = set(stmt.operands)
+
+    def multiply(a, b):
+        e = _substitute(template, {"a": a, "b": b})
+        # a side the expression ignores still takes part: a term exists only where both
+        # sides store an entry (mul="b" is second(a, b), not b alone, which would lose a's
+        # pattern and the sizes of indices only a carries)
+        if "a" not in used:
+            e = Binary("second", a, e)
+        if "b" not in used:
+            e = Binary("first", e, b)
+        return e
+    return multiply
 
 
 def _substitute(e: Expr, env: dict) -> Expr:
@@ -132,7 +144,8 @@ def _substitute(e: Expr, env: dict) -> Expr:
 def apply(stmt: Statement, semiring: Semiring) -> Statement:
     """The einsum statement ``stmt`` (``sum[k](A * B * ...)``) over ``semiring``: the
     factors combined by its multiply, left to right, summed by its add monoid over stored
-    entries (no contracted index: the multiply over the stored entries of all factors)."""
+    entries (no contracted index: the multiply over the stored entries of all factors, in a
+    reduction over no index, whose identity fills what no stored pair reaches)."""
     expr = stmt.expr
     red = None
     if isinstance(expr, Reduce):
@@ -150,10 +163,9 @@ def apply(stmt: Statement, semiring: Semiring) -> Statement:
     body = factors[0]
     for f in factors[1:]:
         body = mul(body, f)
-    if red:
-        body = Reduce(semiring.add, red, body, semiring.identity)
-    else:
-        body = Stored(body)
+    # no contracted index: a reduction over no index, so that an output entry no stored pair
+    # reaches gets the add monoid's identity in a dense result (as with a contraction)
+    body = Reduce(semiring.add, red or (), body if red else Stored(body), semiring.identity)
     return Statement(stmt.output, stmt.indices, body, stmt.operands)
 
 

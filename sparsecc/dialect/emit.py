@@ -29,7 +29,7 @@ from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
 from ..expr import (COMPARISONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary,
-                    Where, accesses, fold, free_indices, infer_dtypes, walk)
+                    Where, accesses, children, fold, free_indices, infer_dtypes, walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 
@@ -286,7 +286,17 @@ class _Body:
             v = self.unary(e, row)
         else:
             raise AssertionError(f"unexpected node {e}")
-        return self.cast(v, row, want) if want is not None else v
+        if want is None or want.name == row.name:
+            return v
+        if self.sparse_loop and (self.stored or isinstance(e, Stored)) and self.sparse_in(e):
+            # over stored entries only: the conversion in a unary region with an empty absent
+            # one (a plain arith.cmpf for x != 0 makes the sparsifier visit every entry, and
+            # the unstored ones then take part as False)
+            t = _body_type(row)
+            return self.sparse_op(f"sparse_tensor.unary {v} : {t} to {_body_type(want)}",
+                                  [("present", self.region([t], lambda p: self.cast(p, row, want),
+                                                           _body_type(want))), ("absent", None)])
+        return self.cast(v, row, want)
 
     def operand_rows(self, e: Binary, row: dt.DType) -> tuple[dt.DType | None, dt.DType | None]:
         """The dtypes ``e``'s two sides are computed in (None: their own)."""
@@ -743,7 +753,7 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
         out_memref = "memref" + out_type[len("tensor"):]
         params.append(f"%out_m: {out_memref}")
         fn.lines.insert(0, f"%out = bufferization.to_tensor %out_m restrict writable : {out_memref} to {out_type}")
-        skip_fill = zeroed_output and (not red or (red_op in ("sum", "plus") and ident in (None, 0)))
+        skip_fill = zeroed_output and red_op in ("sum", "plus") and ident in (None, 0)
         res = fn.generic("%out", out_type, stmt.indices, red, body_expr, fn.node_dtypes[expr], red_op=red_op,
                          identity=ident, fill=not skip_fill)
         result = ""
@@ -787,10 +797,17 @@ class _Function:
         A sparse operand read with a repeated index (``A[i,i]``) becomes a dense temporary
         too: its diagonal, selected from the stored entries.
         """
+        sparse_kernel = any(a.tensor in self.encs for a in accesses(e))
+
         def visit(node: Expr, root: bool, stored: bool = False) -> Expr:
             if isinstance(node, Access):
-                if node.tensor in self.encs and len(set(node.indices)) != len(node.indices):
-                    return self.diagonal(node)
+                if len(set(node.indices)) != len(node.indices):
+                    if node.tensor in self.encs:
+                        return self.diagonal(node)
+                    if sparse_kernel:
+                        # a dense operand's diagonal (a (d0) -> (d0, d0) map) next to a sparse
+                        # operand leaves an unbufferized cast in MLIR 22: copy it out first
+                        return self.dense_diagonal(node)
                 return node
             if isinstance(node, (Const, Index)):
                 return node
@@ -905,6 +922,19 @@ class _Function:
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
+    def dense_diagonal(self, a: Access) -> Access:
+        """``D[i] = A[i,i]`` for a dense ``A``, a dense temporary (one dense loop nest)."""
+        uniq = tuple(dict.fromkeys(a.indices))
+        row = _row(self.node_dtypes[a])
+        name = self.fresh("ddiag")
+        ttype = _tensor_type(len(uniq), row, None)
+        self.alloc(f"{name}_m", f"{name}_e", uniq, row)
+        res = self.generic(f"{name}_e", ttype, uniq, (), a, self.node_dtypes[a], fill=False)
+        acc = Access(name, uniq)
+        self.ssa[name], self.types[name] = res, ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
     def _level_indices(self, a: Access):
         """The indices of sparse access ``a`` in storage (loop) order, or None when the
         access is not a plain permutation (blocks, diagonals)."""
@@ -929,6 +959,15 @@ class _Function:
         forcing = []
         outer = set()
         for a in ins:
+            f = self.formats.get(a.tensor)
+            if a.tensor in self.encs and f.block is not None and any(i in out_idx for i in a.indices) \
+                    and any(i not in out_idx for i in a.indices):
+                # a block format's block levels come before its in-block ones: a reduced index's
+                # block loop then encloses a kept index's offset loop, and the reduction restarts
+                # in every block (BSR max over rows saw only the last block).  Read it unblocked.
+                self.unblock(a)
+                continue
+
             # a dense operand's dimensions also order the loops the sparsifier picks
             seq = self._level_indices(a) if a.tensor in self.encs else list(a.indices)
             if seq is None or len(set(seq)) != len(seq):
@@ -947,6 +986,61 @@ class _Function:
             else:
                 swaps[a] = self.kept_first_copy(a, out_idx)
         return swaps
+
+    def broadcasts(self, e: Expr, dims) -> dict:
+        """Dense operands to read broadcast over the loops of a sparse operand they meet in a
+        union (``A[i,j] + y[i]`` over CSR, ``- max min <``...; CSC with ``y[j]``; COO with
+        either): MLIR 22's sparsifier crashes (SIGSEGV) on a union of a sparse level with a
+        dense value invariant in that level's loop.  Such a dense access becomes a dense
+        temporary over the sparse side's indices too (``Y[i,j] = y[i]``), which the union
+        then co-iterates like any dense matrix.  Returned as {access: replacement}."""
+        swaps = {}
+
+        def visit(node, stored):
+            if isinstance(node, Stored):
+                return visit(node.body, True)
+            if isinstance(node, Reduce):
+                return visit(node.body, stored or node.op != "sum")
+            if isinstance(node, Binary) and not stored:
+                nonzero, left_kills, right_kills = zero_behaviour(node.op)
+                for side, other, kills in ((node.left, node.right, left_kills),
+                                           (node.right, node.left, right_kills)):
+                    sparse_idx = {i for a in accesses(side) if a.tensor in self.encs for i in a.indices}
+                    if not sparse_idx or (kills and not nonzero) or (node.op == "/" and side is node.left):
+                        continue      # an intersection, or x / y (the sparsifier keeps x's pattern)
+                    if any(a.tensor in self.encs for a in accesses(other)):
+                        continue      # the other side's presence follows its own sparse operand
+                    dense_other = [a for a in accesses(other) if a.tensor not in self.encs and a.indices]
+                    for a in accesses(side) if dense_other else ():
+                        if a.tensor in self.encs and self.formats[a.tensor].block is not None:
+                            self.unblock(a)     # a block format in a union with a dense operand crashes too
+                    for a in dense_other:
+                        if not sparse_idx <= set(a.indices) and a not in swaps:
+                            want = set(a.indices) | sparse_idx
+                            swaps[a] = self.broadcast_copy(a, tuple(i for i in dims if i in want))
+            for c in children(node):
+                visit(c, stored)
+        visit(e, False)
+        return swaps
+
+    def broadcast_copy(self, a: Access, idx) -> Access:
+        """A dense temporary ``T[idx] = a`` (``idx`` includes ``a``'s indices)."""
+        row = _row(self.node_dtypes[a])
+        name = self.fresh("bc")
+        ttype = _tensor_type(len(idx), row, None)
+        self.alloc(f"{name}_m", f"{name}_e", idx, row)
+        res = self.generic(f"{name}_e", ttype, idx, (), a, self.node_dtypes[a], fill=False)
+        acc = Access(name, idx)
+        self.ssa[name], self.types[name] = res, ttype
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
+    def unblock(self, a: Access) -> None:
+        """Read block-sparse operand ``a`` without blocks (BSR as CSR) from here on."""
+        f = self.formats[a.tensor]
+        if f.block is not None:
+            self.convert(a, Format(tuple("compressed" if f.level_base(l) != "dense" else "dense"
+                                         for l in range(f.rank)), f.order, None, f.pos_width, f.crd_width))
 
     def kept_first_copy(self, a: Access, out_idx) -> Access:
         """A dense temporary holding dense operand access ``a`` with its kept indices first
@@ -1027,13 +1121,18 @@ class _Function:
         domain = f"({', '.join(d[i] for i in dims)})"
         filled = init
         if fill:
-            zero_text, zt = _const_text(identity_of(red_op, row, identity) if red_idx else 0, row)
+            zero_text, zt = _const_text(identity_of(red_op, row, identity) if red_idx or red_op != "sum" else 0, row)
             z = self.fresh("zero")
             self.lines.append(f"{z} = {zero_text}")
             filled = self.fresh("init")
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
+        if sparse_loop:
+            swaps = self.broadcasts(body_expr, dims)
+            if swaps:
+                body_expr = _replace_accesses(body_expr, swaps, self.node_dtypes)
+                ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         if self.split and (red_op != "sum" and red_idx or isinstance(body_expr, Stored)):
             # the retry for stored semantics (which split temporaries would break): read every
             # sparse operand in the loop order out_idx, red_idx, where no order conflicts
@@ -1084,9 +1183,13 @@ class _Function:
         if red_idx and (red_op == "sum" or (red_op == "plus" and not sparse_loop)):
             op = _ARITH["+"][row.kind]
             v = body.emit(f"{op} %acc, {v} : {bt}")
-        elif red_idx:
+        elif red_idx or (red_op != "sum" and fill):
             # a monoid over stored entries, "plus" included: with a plain add the sparsifier
-            # inserts into a sparse result after every reduction loop, reached or not
+            # inserts into a sparse result after every reduction loop, reached or not.  Over no
+            # index (a semiring einsum without a contracted index) into a dense result, the
+            # body still combines with %acc: a body that ignores it lets the fill with the
+            # identity be dropped (every output entry counts as overwritten), leaving 0 where
+            # no stored pair met
             combine = _MONOID_OP.get(red_op, "+")
             if sparse_loop:
                 ident = body.hoist_constant(identity_of(red_op, row, identity), row)

@@ -112,7 +112,7 @@ def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format |
     if out_format is None:
         return attempts
     in_order = _in_dimension_order(out_format)
-    if isinstance(stmt.expr, Reduce):
+    if isinstance(stmt.expr, Reduce) and stmt.expr.indices:
         # a contraction inserting in an order other than dimension order (CSR x CSR -> CSC)
         # gets the inner-product loop order, which stores every entry: build it in dimension
         # order (Gustavson's row-wise loops) and convert.  Never in an operand's order, for
@@ -231,7 +231,7 @@ def _row_wise_orders(stmt: Statement) -> dict:
     Gustavson's loop order possible - the result's indices in order, with the summed indices
     just before the last one (``ik,kj->ij``: i, k, j; ``ij,ik->jk``: j, i, k).  Any other
     order leaves the sparsifier the inner-product order, which stores every entry."""
-    if not isinstance(stmt.expr, Reduce):
+    if not isinstance(stmt.expr, Reduce) or not stmt.expr.indices:
         return {}
     out = list(stmt.indices)
     summed = [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices) if i not in out]
