@@ -1,6 +1,6 @@
 """Code in the docs runs and prints what the docs say it prints.
 
-Every ```python block that imports sparsecc and is followed directly by a ```text block is
+Every ```python block that imports sparsecc (``import sparsecc`` or ``from sparsecc ...``) and is followed directly by a ```text block is
 executed; its stdout must equal the text block (whitespace at line ends ignored; the number
 in a line "<stage> N lines" may differ, since pipelines change).  A block that prints cache
 counters runs in a fresh process with an empty cache, as a reader's first run would.
@@ -19,13 +19,14 @@ import pytest
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _BLOCK = re.compile(r"```python\n((?:(?!```).)*?)```[ \t]*\n+```text\n((?:(?!```).)*?)```", re.S)
 _LINES = re.compile(r"^(\S+) \d+ lines$")
+_IMPORTS = re.compile(r"^\s*(import sparsecc|from sparsecc\b)", re.M)   # `from sparsecc import ops` too
 
 
 def _cases():
     for md in sorted(DOCS.glob("*.md")):
         for k, m in enumerate(_BLOCK.finditer(md.read_text())):
             code, out = m.group(1), m.group(2)
-            if "import sparsecc" in code:
+            if _IMPORTS.search(code):
                 yield pytest.param(code, out, id=f"{md.stem}-{k}")
 
 
