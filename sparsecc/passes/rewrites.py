@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..errors import InternalError
 
 VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
-           "inline_alloca_scopes 1; thread_count 2")
+           "inline_alloca_scopes 1; thread_count 3 (work threshold)")
 
 
 def ops_named(root, name: str) -> list:
@@ -138,9 +138,19 @@ def inline_alloca_scopes(module) -> int:
     return done
 
 
-#: below this many iterations a parallel loop runs on one thread (waking the team costs
-#: more than a few hundred short rows)
-MIN_PARALLEL_TRIP = 512
+#: a parallel loop whose iterations read no positions buffer (so its stored entries are
+#: unknown) counts each iteration as this much work
+ROW_WORK = 16
+#: the default of ``sparsecc_min_parallel_work``, the run-time global every parallel kernel
+#: library holds (``runtime/threads.py`` writes it): a parallel loop runs on one thread
+#: when its work - iterations plus the stored entries under them - is below it.  Waking a
+#: second thread, dealing chunks and joining costs tens of microseconds, more on a busy
+#: machine; measured on 2 cores (docs/threads-and-options.md), SpMV on 2 threads was slower
+#: than on 1 up to about 10^5 stored entries
+MIN_PARALLEL_WORK = 100_000
+#: kept for the cache key and older tests: the iteration count of ``MIN_PARALLEL_WORK``
+#: with no positions buffer
+MIN_PARALLEL_TRIP = MIN_PARALLEL_WORK // ROW_WORK
 #: how iterations are dealt to threads: chunks of this many, handed out on demand
 #: (``schedule(dynamic)``): rows vary in length, and on a machine shared with other work a
 #: static split waits for its slowest thread; 0 = static (one contiguous block per thread)
@@ -199,15 +209,66 @@ def _with_operand(op, slot: int, value, extra: dict | None = None):
     return new
 
 
+def _defined_outside(value, op) -> bool:
+    """Whether ``value`` is defined outside operation ``op`` (so it can be used before it)."""
+    from mlir import ir
+    owner = value.owner
+    cur = owner.owner if isinstance(owner, ir.Block) else owner
+    cur = getattr(cur, "operation", cur)
+    target = op.operation
+    while cur is not None:
+        if cur == target:
+            return False
+        parent = cur.parent
+        cur = getattr(parent, "operation", parent) if parent is not None else None
+    return True
+
+
+def _positions_buffer(nest, par):
+    """The memref that the loop body of ``nest`` reads at ``[iv]`` and ``[iv + 1]`` (a
+    compressed level's positions under this loop: the sparsifier's ``pos[i]``, ``pos[i+1]``),
+    defined outside ``par``; None if there is none."""
+    from mlir import ir
+    block = nest.regions[0].blocks[0]
+    if not len(block.arguments):
+        return None
+    iv = block.arguments[0]
+    at_iv, at_next = [], []
+    for op in block.operations:
+        if op.name != "memref.load" or len(op.operands) != 2:
+            continue
+        mem, idx = op.operands[0], op.operands[1]
+        if idx == iv:
+            at_iv.append(mem)
+        elif isinstance(idx.owner, ir.Operation) or hasattr(idx.owner, "name"):
+            add = idx.owner
+            if getattr(add, "name", None) != "arith.addi" or iv not in list(add.operands):
+                continue
+            other = [v for v in add.operands if v != iv]
+            c = other[0].owner if other else None
+            if (getattr(c, "name", None) == "arith.constant"
+                    and str(c.attributes["value"]).split(":")[0].strip() == "1"):
+                at_next.append(mem)
+    for mem in at_iv:
+        if any(mem == m for m in at_next) and _defined_outside(mem, par):
+            return mem
+    return None
+
+
 def thread_count(module) -> int:
     """Give every ``omp.parallel`` of ``module`` (through the MLIR bindings) a
     ``num_threads``: the library's global ``sparsecc_num_threads`` (which
-    ``sc.set_num_threads`` writes in every loaded kernel), or 1 when its loop has fewer than
-    :data:`MIN_PARALLEL_TRIP` iterations; and its ``omp.wsloop`` a dynamic schedule of
-    :data:`CHUNK`.  Adds the global; returns how many loops changed.  Raises
-    :class:`InternalError` for a parallel region that is not one work-sharing loop."""
+    ``sc.set_num_threads`` writes in every loaded kernel), or 1 when the loop's work is
+    below the library's global ``sparsecc_min_parallel_work`` (written by
+    ``runtime/threads.py``, default :data:`MIN_PARALLEL_WORK`).  The work, computed on each
+    call before the region: the iterations plus the stored entries under them
+    (``pos[ub] - pos[lb]`` of the positions buffer the body reads at ``[iv]`` and
+    ``[iv + 1]``), or iterations x :data:`ROW_WORK` when there is none.  Its
+    ``omp.wsloop`` gets a dynamic schedule of :data:`CHUNK`.  Adds the globals; returns how
+    many loops changed.  Raises :class:`InternalError` for a parallel region that is not one
+    work-sharing loop."""
     from mlir import ir
-    from mlir.dialects import arith, llvm
+    from mlir.dialects import arith, llvm, memref, scf
 
     regions = ops_named(module, "omp.parallel")
     if not regions:
@@ -219,6 +280,8 @@ def thread_count(module) -> int:
     with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
         llvm.GlobalOp(i32, "sparsecc_num_threads", ir.Attribute.parse("#llvm.linkage<external>"),
                       value=ir.IntegerAttr.get(i32, 1), addr_space=0)
+        llvm.GlobalOp(i64, "sparsecc_min_parallel_work", ir.Attribute.parse("#llvm.linkage<external>"),
+                      value=ir.IntegerAttr.get(i64, MIN_PARALLEL_WORK), addr_space=0)
     for par in regions:
         inner = list(par.regions[0].blocks[0].operations) if len(par.regions) == 1 else []
         ws = inner[0] if inner else None
@@ -231,12 +294,37 @@ def thread_count(module) -> int:
                                 "cannot set its thread count")
         n = len(nest.operands) // 3          # lower bounds, upper bounds, steps; a nest of
         lb, ub = nest.operands[0], nest.operands[n]   # several dimensions counts its outermost
+        pos = _positions_buffer(nest, par) if n == 1 else None
         with ir.InsertionPoint(par), par.location:
             addr = llvm.AddressOfOp(ptr, "sparsecc_num_threads").result
             wanted = llvm.LoadOp(i32, addr).result
+            waddr = llvm.AddressOfOp(ptr, "sparsecc_min_parallel_work").result
+            least = arith.index_cast(index, llvm.LoadOp(i64, waddr).result)
             trip = arith.subi(ub, lb)
-            small = arith.cmpi(arith.CmpIPredicate.ult, trip,
-                               arith.constant(index, MIN_PARALLEL_TRIP))
+            if pos is None:
+                work = arith.muli(trip, arith.constant(index, ROW_WORK))
+            else:
+                # stored entries under the loop's iterations, read only when it has any
+                empty = arith.cmpi(arith.CmpIPredicate.eq, trip, arith.constant(index, 0))
+                branch = scf.IfOp(empty, [index], has_else=True)
+                with ir.InsertionPoint(branch.then_block):
+                    scf.YieldOp([arith.constant(index, 0)])
+                with ir.InsertionPoint(branch.else_block):
+                    ends = []
+                    for at in (lb, ub):
+                        v = memref.load(pos, [at])
+                        try:
+                            width = ir.IntegerType(v.type).width
+                        except ValueError:          # already index
+                            width = None
+                        if width is not None:
+                            if width < 64:
+                                v = arith.extui(i64, v)
+                            v = arith.index_cast(index, v)
+                        ends.append(v)
+                    scf.YieldOp([arith.subi(ends[1], ends[0])])
+                work = arith.addi(trip, branch.results[0])
+            small = arith.cmpi(arith.CmpIPredicate.ult, work, least)
             nt = arith.select(small, arith.constant(i32, 1), wanted)
             chunk = arith.constant(i64, CHUNK) if CHUNK else None
         if chunk is not None:

@@ -31,6 +31,7 @@ _MAX_THREADS = 4096
 
 _lock = threading.Lock()
 _counters: list = []            # the sparsecc_num_threads of every loaded parallel kernel
+_thresholds: list = []          # the sparsecc_min_parallel_work of every loaded parallel kernel
 _runtime = None                 # the loaded libomp (ctypes.CDLL)
 
 
@@ -69,6 +70,59 @@ def _from_env() -> int:
 
 
 _num_threads = _from_env()
+
+
+def _default_min_work() -> int:
+    from ..passes.rewrites import MIN_PARALLEL_WORK
+    text = os.environ.get("SPARSECC_MIN_PARALLEL_WORK", "").strip()
+    if not text:
+        return MIN_PARALLEL_WORK
+    try:
+        n = int(text)
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        warnings.warn(f"SPARSECC_MIN_PARALLEL_WORK={text!r} is not a non-negative integer; "
+                      f"using {MIN_PARALLEL_WORK}", RuntimeWarning, stacklevel=3)
+        return MIN_PARALLEL_WORK
+
+
+_min_work = _default_min_work()
+
+
+def set_min_parallel_work(work: int) -> None:
+    """A parallel loop runs on one thread when its work (iterations plus the stored entries
+    under them, decided on each call inside the kernel) is below ``work``; 0 = always on
+    :func:`get_num_threads` threads.  Takes effect at once in every loaded kernel.  Raises
+    :class:`SparseccError` for anything but a non-negative integer."""
+    global _min_work
+    if isinstance(work, bool) or not isinstance(work, int):
+        try:
+            import numpy as np
+            ok = isinstance(work, np.integer)
+        except ImportError:
+            ok = False
+        if not ok:
+            raise SparseccError(f"the minimum parallel work must be a non-negative integer, got {work!r}")
+        work = int(work)
+    if work < 0 or work >= 2 ** 63:
+        raise SparseccError(f"the minimum parallel work must be a non-negative integer, got {work}")
+    with _lock:
+        _min_work = work
+        for c in _thresholds:
+            c.value = work
+
+
+def get_min_parallel_work() -> int:
+    """The work below which a parallel loop runs on one thread (:func:`set_min_parallel_work`)."""
+    return _min_work
+
+
+def threads_for(work: int) -> int:
+    """The threads a parallel loop of ``work`` (iterations plus stored entries) runs on: the
+    rule compiled into every kernel, for the call path and tools that want to know."""
+    return 1 if work < _min_work else _num_threads
 
 
 def set_num_threads(n: int) -> None:
@@ -121,8 +175,42 @@ def load_runtime() -> ctypes.CDLL:
                 raise SparseccError(f"parallel kernels need the OpenMP runtime from the {_RUNTIME_DIST!r} "
                                     f"package (a dependency of sparsecc): pip install {_RUNTIME_DIST}, or "
                                     f"compile with sc.Options(parallel='none')")
-            _runtime = ctypes.CDLL(path)        # RTLD_LOCAL: never interposes another runtime
+            lib = ctypes.CDLL(path)             # RTLD_LOCAL: never interposes another runtime
+            _configure(lib)
+            _runtime = lib
         return _runtime
+
+
+# ------------------------------------------------------------------ being a good neighbour
+#: libomp settings sparsecc makes through the runtime's API (``kmp_set_defaults``) when it
+#: loads libomp, unless the user set the same variable in the environment.  Blocktime 0: a
+#: worker sleeps as soon as its parallel region ends, instead of spinning for 200 ms on a
+#: core that the caller's next parallel library (torch's libgomp team, MKL, ...) needs.
+DEFAULTS = {"KMP_BLOCKTIME": "0"}
+
+
+def _configure(lib: ctypes.CDLL) -> None:
+    """Apply :data:`DEFAULTS` to a freshly loaded libomp, before any parallel region.
+    ``kmp_set_defaults`` initializes the runtime (registering the calling thread with the
+    old defaults) and then changes the process-wide defaults that every thread registered
+    later starts from; ``kmp_set_blocktime`` fixes the calling thread's own setting."""
+    lib.kmp_set_defaults.argtypes = [ctypes.c_char_p]
+    lib.kmp_set_defaults.restype = None
+    lib.kmp_set_blocktime.argtypes = [ctypes.c_int]
+    lib.kmp_set_blocktime.restype = None
+    lib.kmp_get_blocktime.argtypes = []
+    lib.kmp_get_blocktime.restype = ctypes.c_int
+    for name, value in DEFAULTS.items():
+        if name not in os.environ:              # the user's own setting wins
+            lib.kmp_set_defaults(f"{name}={value}".encode())
+    if "KMP_BLOCKTIME" not in os.environ:
+        lib.kmp_set_blocktime(int(DEFAULTS["KMP_BLOCKTIME"]))
+
+
+def blocktime() -> int:
+    """libomp's blocktime (milliseconds a worker spins after a parallel region before it
+    sleeps) for the calling thread, read back from the runtime (loading it)."""
+    return int(load_runtime().kmp_get_blocktime())
 
 
 def register(lib: ctypes.CDLL) -> bool:
@@ -132,8 +220,16 @@ def register(lib: ctypes.CDLL) -> bool:
         counter = ctypes.c_int32.in_dll(lib, "sparsecc_num_threads")
     except ValueError:
         return False
+    try:
+        least = ctypes.c_int64.in_dll(lib, "sparsecc_min_parallel_work")
+    except ValueError:                  # compiled before the work threshold: none to follow
+        least = None
     with _lock:
         counter.value = _num_threads
         if not any(ctypes.addressof(c) == ctypes.addressof(counter) for c in _counters):
             _counters.append(counter)
+        if least is not None:
+            least.value = _min_work
+            if not any(ctypes.addressof(c) == ctypes.addressof(least) for c in _thresholds):
+                _thresholds.append(least)
     return True
