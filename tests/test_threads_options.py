@@ -17,7 +17,8 @@ import scipy.sparse as sp
 import sparsecc as sc
 from conftest import assert_matches, random_sparse
 from sparsecc.options import PARALLEL
-from sparsecc.passes.rewrites import CHUNK, MIN_PARALLEL_TRIP
+from sparsecc.passes.rewrites import CHUNK
+from sparsecc.runtime import threads
 
 RNG_SEED = 2024
 #: rows of the test matrices: parallel loops deal rows to threads in chunks of CHUNK
@@ -29,9 +30,13 @@ ROWS = 3 * CHUNK + 300
 
 @pytest.fixture(autouse=True)
 def _restore_threads():
-    n = sc.get_num_threads()
+    # these inputs are small: parallel loops must really run on 2 threads here, below the
+    # default work threshold (tests/test_neighbours.py covers the threshold itself)
+    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
+    threads.set_min_parallel_work(0)
     yield
     sc.set_num_threads(n)
+    threads.set_min_parallel_work(w)
 
 
 def _operands(name, fmt, rng):
@@ -74,7 +79,6 @@ def test_rows_are_split_between_threads():
     of CHUNK (libomp's dynamic dispatch, as the compiled LLVM IR shows)."""
     rng = np.random.default_rng(RNG_SEED)
     _, (A, x), _ = _operands("spmv", "csr", rng)
-    assert A.shape[0] >= MIN_PARALLEL_TRIP
     assert A.shape[0] > 2 * CHUNK, "two threads would not both get a chunk"
     k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
     k(A, x)
@@ -105,7 +109,7 @@ def test_two_threads_really_run_in_a_parallel_kernel():
         assert np.array_equal(one, two)
         print("ok")
     """
-    r = _run(code, KMP_BLOCKTIME="0")
+    r = _run(code, KMP_BLOCKTIME="0", SPARSECC_MIN_PARALLEL_WORK="0")
     assert r.stdout.strip() == "ok", r.stdout
 
 
