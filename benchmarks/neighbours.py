@@ -90,6 +90,10 @@ def part_torch(rounds: int, calls: int, settle: float, n: int = 2000, per_row: i
           f"{sc.get_num_threads()} threads; sparsecc call before each 'after' sample: SpMV "
           f"{big.shape[0]}x{big.shape[1]} ({big.nnz} entries)")
     nt = sc.get_num_threads()
+    from sparsecc.runtime import threads
+    sc_big()
+    rt = threads.load_runtime() if "KMP_BLOCKTIME" not in os.environ else None
+    bt = threads.blocktime()
 
     def serial_big():
         sc.set_num_threads(1)
@@ -100,18 +104,26 @@ def part_torch(rounds: int, calls: int, settle: float, n: int = 2000, per_row: i
         for _ in range(20):
             fn()
         sc_big()
-        alone, after1, after, sc_alone, sc_after = [], [], [], [], []
+        alone, after1, after, after200, sc_alone, sc_after = [], [], [], [], [], []
         for _ in range(rounds):
             time.sleep(settle)
             alone.append(_median(_one_call_times(fn, calls)))
             after1.append(_median(_one_call_times(fn, calls, before=serial_big)))
             after.append(_median(_one_call_times(fn, calls, before=sc_big)))
+            if rt is not None:                  # before: libomp's default blocktime, 200 ms
+                rt.kmp_set_blocktime(200)
+                after200.append(_median(_one_call_times(fn, calls, before=sc_big)))
+                rt.kmp_set_blocktime(bt)
             time.sleep(settle)
             sc_alone.append(_median(_one_call_times(sc_small, calls)))
             sc_after.append(_median(_one_call_times(sc_small, calls, before=fn)))
         a, a1, b = _median(alone), _median(after1), _median(after)
         print(f"  {name:38s} alone {_fmt(a)}  after serial sparsecc {_fmt(a1)}  after parallel "
               f"{_fmt(b)}  ratio {b / a:6.2f} / {b / a1:5.2f}  {_spread(after)}")
+        if after200:
+            c = _median(after200)
+            print(f"  {'  (blocktime 200 ms, libomp default)':38s} after parallel {_fmt(c)}  ratio "
+                  f"{c / a:6.2f} / {c / a1:5.2f}  {_spread(after200)}")
         a, b = _median(sc_alone), _median(sc_after)
         print(f"  {'  sparsecc SpMV ' + str(n) + ' after it':38s} alone {_fmt(a)}  after torch "
               f"{_fmt(b)}  ratio {b / a:6.2f}")
@@ -132,22 +144,26 @@ def part_threads(rounds: int, budget: float):
         inputs[f"uniform {m}x{m} {per}/row"] = uniform_rows(m, m, per, rng)
     mv = sc.compile("ij,j->i", "csr", "dense", check=False)
     mm = sc.compile("ik,kj->ij", "csr", "dense", check=False)
-    was = sc.get_num_threads()
-    print(f"\nsparsecc 2 threads vs 1 (ratio = t2/t1; above 1 means 2 threads are slower)")
+    from sparsecc.runtime import threads
+    was, least = sc.get_num_threads(), threads.get_min_parallel_work()
+    print(f"\nsparsecc 2 threads vs 1 (ratios t2/t1; above 1: 2 threads are slower); threshold "
+          f"{least} (rows + stored entries)")
     for name, A in inputs.items():
         x = rng.random(A.shape[1])
         X = rng.random((A.shape[1], 16))
-        for kname, call in (("SpMV", lambda: mv(A, x)),
-                            ("SpMM16", lambda: mm(A, X))):
-            t1, t2 = [], []
+        for kname, call in (("SpMV", lambda: mv(A, x)), ("SpMM16", lambda: mm(A, X))):
+            t1, t2, t2raw = [], [], []
             for _ in range(rounds):
                 sc.set_num_threads(1)
                 t1.append(measure(call, None, budget)["median_s"])
                 sc.set_num_threads(2)
+                threads.set_min_parallel_work(0)            # before: every loop parallel
+                t2raw.append(measure(call, None, budget)["median_s"])
+                threads.set_min_parallel_work(least)        # now: serial below the threshold
                 t2.append(measure(call, None, budget)["median_s"])
-            a, b = _median(t1), _median(t2)
-            print(f"  {kname:6s} {name:26s} nnz {A.nnz:8d}  1t {_fmt(a)}  2t {_fmt(b)}  ratio "
-                  f"{b / a:5.2f}  (2t rounds {_fmt(min(t2)).strip()} .. {_fmt(max(t2)).strip()})")
+            a, r, b = _median(t1), _median(t2raw), _median(t2)
+            print(f"  {kname:6s} {name:26s} work {A.shape[0] + A.nnz:8d}  1t {_fmt(a)}  2t always "
+                  f"{_fmt(r)} ({r / a:5.2f})  2t with threshold {_fmt(b)} ({b / a:5.2f})")
     sc.set_num_threads(was)
 
 

@@ -21,6 +21,16 @@ def _torch_threads(n: int):
         torch.set_num_threads(n)
 
 
+#: idle seconds before each library's timing phase: the previous phase's OpenMP workers
+#: (torch's libgomp spins about 3-20 ms after each op; libomp's sparsecc sets blocktime 0)
+#: go to sleep first, so no library is timed against another's spinning threads
+SETTLE_S = 0.05
+
+
+def _settle():
+    time.sleep(SETTLE_S)
+
+
 def all_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -88,6 +98,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
             return row
 
         # timing: sparsecc at all cores and at 1 thread, baselines with torch at our thread count
+        _settle()
         t_all = measure(call, repeat, budget)
         row["sparsecc_ms"] = t_all["median_s"] * 1e3
         row["sparsecc_samples"] = t_all["samples"] * t_all["number"]
@@ -98,6 +109,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
         row["threads"] = threads
         if threads > 1:
             set_num_threads(1)
+            _settle()
             t_one = measure(call, repeat, budget)
             set_num_threads(threads)
             row["sparsecc_1t_ms"] = t_one["median_s"] * 1e3
@@ -108,6 +120,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
         row["baselines"] = {}
         for name, fn in base_calls.items():
             bad = row["baseline_checks"].get(name, {}).get("ok") is False
+            _settle()
             tb = measure(fn, repeat, budget)
             row["baselines"][name] = {"ms": tb["median_s"] * 1e3, "ratio": row["sparsecc_ms"] / (tb["median_s"] * 1e3),
                                       "agrees": not bad}
