@@ -262,35 +262,18 @@ def compare(got, want) -> str | None:
 
 
 # ------------------------------------------------------------------------- known bugs
-#: (seed, case) of a known bug whose data happen to give the right answer (a bool land
-#: whose last block already decides every row)
-_RIGHT_BY_CHANCE = {(0, 53)}
+#: ``(predicate on a Case, reason)`` for each bug known and not fixed yet: exactly its cases
+#: become strict xfails, so the fix flags them.  Empty: every bug the first runs found (integer
+#: // by zero, float // at inf, integer pow, sparse + broadcast dense vector, BSR next to dense,
+#: BSR monoids, land over non-bool operands, semiring identity without contraction) is fixed.
+KNOWN_BUGS: list[tuple] = []
 
 
 def known_bug(case: Case) -> str | None:
-    """The bug being fixed in parallel that ``case`` hits (its exact cases), or None."""
-    t, c, dt, fa, fb = case.template, case.const, case.dtype, case.fmt_a, case.fmt_b
-    if t == "floordiv_scalar" and dt == "int64" and c in ("0", "s"):
-        return "integer // by zero dies of SIGFPE (NumPy gives 0)"
-    if t == "floordiv_stored":
-        (_, _, Am), (_, Bd, Bm), _ = data(case)
-        if dt == "int64" and (Am & Bm & (Bd == 0)).any():
-            return "integer // by zero dies of SIGFPE (NumPy gives 0)"
-    if t == "floordiv_scalar" and dt == "float64" and c in ("2", "-3", "inf"):
-        return "float // with inf differs from NumPy (inf // 2, -7 // inf)"
-    if t == "pow" and dt == "int64":
-        return "integer pow does not compile (math.ipowi not legalized)"
-    if t == "minmax_row" and fa not in ("dense", "csr"):
-        return "a sparse operand with a dense vector broadcast along rows crashes the compiler"
-    if t in ("compare", "where", "minmax") and "dense" in (fa, fb) and "bsr2x2" in (fa, fb):
-        return "NEW: an elementwise op (<, where, min) of a BSR and a dense operand crashes the compiler (signal 11)"
-    if t in ("monoid_rows", "monoid_cols", "semiring_spmv") and fa == "bsr2x2" \
-            and (SEED, case.k) not in _RIGHT_BY_CHANCE:
-        return "BSR monoid reductions see only the last block"
-    if t == "monoid_cols" and c == "land" and dt != "bool" or t == "monoid_rows" and c == "land" and dt != "bool":
-        return "land over non-bool operands"
-    if t == "semiring_ewise" and not c.startswith("plus"):
-        return "a semiring einsum without contraction fills 0 instead of the identity in a dense result"
+    """The known, unfixed bug that ``case`` hits, or None."""
+    for hits, why in KNOWN_BUGS:
+        if hits(case):
+            return why
     return None
 
 

@@ -482,16 +482,9 @@ def test_bfs_levels_match_csgraph(name, fmt):
         np.testing.assert_array_equal(level, _bfs_levels(A, source))
 
 
-#: lor_pair SpMV with a dense vector crashes the compile worker (signal 11 inside MLIR)
-_LOR_PAIR_CRASH = pytest.mark.xfail(strict=True, raises=sc.CompileError,
-                                    reason="BUG: lor_pair with a dense vector crashes the MLIR compile (signal 11)")
-
-
 @pytest.mark.parametrize("subscripts,fmt", [
-    ("ji,j->i", "csr"), ("ij,j->i", "csc"),
-    pytest.param("ij,j->i", "csr", marks=_LOR_PAIR_CRASH), pytest.param("ij,j->i", "coo", marks=_LOR_PAIR_CRASH),
-    pytest.param("ji,j->i", "csc", marks=_LOR_PAIR_CRASH), pytest.param("ji,j->i", "dcsr", marks=_LOR_PAIR_CRASH),
-    pytest.param("ji,j->i", "coo", marks=_LOR_PAIR_CRASH)])
+    ("ji,j->i", "csr"), ("ij,j->i", "csc"), ("ij,j->i", "csr"), ("ij,j->i", "coo"),
+    ("ji,j->i", "csc"), ("ji,j->i", "dcsr"), ("ji,j->i", "coo")])
 def test_lor_pair_with_a_dense_vector(subscripts, fmt):
     """pair ignores values and a dense vector stores every entry: y[i] is whether A stores
     anything in its row (column for "ji") i - written out over SciPy's stored entries."""
