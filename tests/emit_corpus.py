@@ -110,6 +110,7 @@ class _Recorder:
 
 def main(argv) -> int:
     os.chdir(HERE.parent)
+    sys.path.insert(0, str(HERE.parent))     # this checkout's sparsecc, not an installed one
     if argv[:1] == ["rehash"]:
         write([r["case"] for r in load()])
         return 0

@@ -15,3 +15,101 @@ def test_every_corpus_kernel_emits_the_recorded_mlir():
     ns = emit_corpus._namespace()
     changed = [r["case"][:200] for r in rows if emit_corpus.sha(emit_corpus.emit_case(r["case"], ns)) != r["sha"]]
     assert not changed, f"{len(changed)} of {len(rows)} kernels emit other MLIR, e.g. {changed[:3]}"
+
+
+# ------------------------------------------------------------------ index(k) under loop reordering
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+BIG = 100
+
+
+def _operand(fmt, D):
+    if fmt == "dense":
+        return D
+    if fmt == "bsr":
+        return sp.bsr_array(D, blocksize=(2, 2))
+    return {"csr": sp.csr_array, "csc": sp.csc_array, "coo": sp.coo_array, "dcsr": sp.csr_array}[fmt](D)
+
+
+def _first_max(D):
+    # NumPy's argmax (first position of the row's largest value), written out
+    return np.array([min(j for j in range(D.shape[1]) if D[i, j] == D[i].max()) for i in range(D.shape[0])])
+
+
+def _first_nonzero_row(D):
+    return np.array([min(i for i in range(D.shape[0]) if D[i, j] != 0) for j in range(D.shape[1])])
+
+
+INDEX_STATEMENTS = [
+    # the issue's statement: per column, the first row storing a nonzero
+    ("O[j] = min[i](where(X[i,j] != 0, index(i), big))", lambda D: _first_nonzero_row(D)),
+    # argmax per row as a monoid with where
+    ("y[i] = min[j](where(X[i,j] == max[k](X[i,k]), index(j), big))", lambda D: _first_max(D)),
+    ("B[i,j] = X[i,j] * index(j)", lambda D: D * np.arange(D.shape[1])[None, :]),
+    ("B[i,j] = X[i,j] + index(i)", lambda D: D + np.arange(D.shape[0])[:, None]),
+    ("y[j] = sum[i](X[i,j] * index(i))", lambda D: D.T @ np.arange(D.shape[0])),
+]
+
+
+def _index_data():
+    # every row and column stores a positive value (no empty column for min over rows, one
+    # largest value per row), the rest are unstored zeros
+    rng = np.random.default_rng(13)
+    D = np.where(rng.random((4, 6)) < 0.4, rng.permutation(24).reshape(4, 6) + 1.0, 0.0)
+    D[0, 1], D[3, 0], D[1, 2], D[2, 3], D[1, 4], D[2, 5] = 30, 31, 32, 33, 34, 35
+    return D
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr", "bsr", "dense"])
+@pytest.mark.parametrize("stmt, oracle", INDEX_STATEMENTS, ids=[s for s, _ in INDEX_STATEMENTS])
+def test_index_reads_its_own_loop_in_every_format(fmt, stmt, oracle):
+    D = _index_data()
+    formats = {"X": "dcsr"} if fmt == "dcsr" else None
+    ops = {"X": _operand(fmt, D), "big": BIG}
+    got = sc.evaluate(stmt, formats=formats, **{n: v for n, v in ops.items() if n in stmt})
+    got = got.toarray() if sp.issparse(got) else np.asarray(got)
+    np.testing.assert_array_equal(got, oracle(D), err_msg=f"{stmt} {fmt}")
+
+
+def test_issue_example():
+    X = np.array([[0, 3, 0], [-1, 0, 2]], dtype=float)
+    for A in (sp.csr_array(X), sp.csc_array(X), sp.coo_array(X), X):
+        got = sc.evaluate("O[j] = min[i](where(X[i,j] != 0, index(i), big))", X=A, big=10**6)
+        np.testing.assert_array_equal(got, [1, 0, 1], err_msg=type(A).__name__)
+
+
+def test_index_of_a_sparse_vector():
+    x = np.array([0.0, 2.0, 0.0, 5.0, 1.0])
+    want = x * np.arange(5)
+    for v in (sp.coo_array(x), x):
+        got = sc.evaluate("y[i] = x[i] * index(i)", x=v)
+        got = got.toarray() if sp.issparse(got) else np.asarray(got)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.bool_])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_index_with_other_dtypes(fmt, dtype):
+    D = (_index_data() % 7).astype(dtype)
+    D[0, 1] = D[3, 0] = D[1, 2] = D[2, 3] = D[1, 4] = D[2, 5] = 1
+    got = sc.evaluate("O[j] = min[i](where(X[i,j] != 0, index(i), big))", X=_operand(fmt, D), big=BIG)
+    np.testing.assert_array_equal(got, _first_nonzero_row(D))
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csf", "dense"])
+def test_index_in_three_dimensions_and_nested_reductions(fmt):
+    rng = np.random.default_rng(3)
+    T = np.where(rng.random((3, 4, 5)) < 0.5, rng.random((3, 4, 5)) + 0.5, 0.0)
+    T[:, 0, :] = 1.0                                    # every (i, k) stores an entry
+    A = T if fmt == "dense" else sp.coo_array(T)
+    formats = {"T": fmt} if fmt != "dense" else None
+    got = sc.evaluate("y[k] = max[i,j](where(T[i,j,k] != 0, index(j) + 10 * index(i), -1))", T=A, formats=formats)
+    I, J = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
+    want = np.where(T != 0, (J + 10 * I)[:, :, None], -1).max(axis=(0, 1))
+    np.testing.assert_array_equal(got, want)
+    got = sc.evaluate("z[i] = sqrt(sum[j,k](T[i,j,k] * index(k))) + index(i)", T=A, formats=formats)
+    np.testing.assert_allclose(got, np.sqrt((T * np.arange(5)).sum(axis=(1, 2))) + np.arange(3))

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from .. import dtypes as dt
-from ..expr import Expr, Index, Reduce, Statement, Stored, accesses, fold, infer_dtypes, walk
+from ..expr import Expr, Reduce, Statement, Stored, accesses, fold, infer_dtypes
 from ..formats import Format
 from .constants import body_type, const_text, identity_of, row_of
 from .regions import ARITH, MONOID_OP, Body
@@ -51,24 +51,9 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     out_row = row_of(node_dtypes[stmt.expr])
     index_order, encs, aliases, ranks, types, ssa, params = arguments(stmt, formats, dtypes)
     fn = _Function(node_dtypes, encs, types, ssa, formats, aliases, dtypes)
-    if any(isinstance(n, Index) for n in walk(stmt.expr)):
-        # MLIR 22 does not renumber linalg.index when it demaps a permuted operand (CSC):
-        # index(j) then reads another loop's index.  Read such operands in dimension order
-        # (converted inside the kernel, freed before returning).
-        for k, opname in enumerate(stmt.operands):
-            f = formats[opname]
-            if f.is_dense or f.block is not None or f.order == tuple(range(f.rank)):
-                continue
-            alias = f"#encd{k}"
-            aliases.append(f"{alias} = {Format(f.levels, None, None, f.pos_width, f.crd_width).encoding()}")
-            new_type = tensor_type(ranks[opname], dt.lookup(dtypes[opname]), alias)
-            conv = f"%dimorder{k}"
-            fn.lines.append(f"{conv} = sparse_tensor.convert {ssa[opname]} : {types[opname]} to {new_type}")
-            fn.deallocs.append(f"bufferization.dealloc_tensor {conv} : {new_type}")
-            fn.ssa[opname], fn.types[opname] = conv, new_type
-            fn.formats[opname] = Format(f.levels, None, None, f.pos_width, f.crd_width)
+    expr = fn.index_operands(stmt.expr, index_order)
     fn.split = split
-    expr = fn.materialize_inner_reductions(stmt.expr, split)
+    expr = fn.materialize_inner_reductions(expr, split)
     red = expr.indices if isinstance(expr, Reduce) else ()
     red_op = expr.op if isinstance(expr, Reduce) else "sum"
     ident = expr.identity if isinstance(expr, Reduce) else None

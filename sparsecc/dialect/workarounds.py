@@ -4,7 +4,11 @@ function builder (``function._Function``), on top of :class:`temporaries.Tempora
 
 from __future__ import annotations
 
-from ..expr import Access, Binary, Expr, Reduce, Stored, children, accesses
+import numpy as np
+
+from ..errors import DTypeError
+from ..expr import (Access, Binary, Dense, Expr, Index, Reduce, Stored, Unary, Where, accesses, children,
+                    walk)
 from ..formats import Format
 from ..patterns import zero_behaviour
 from .constants import row_of
@@ -13,6 +17,54 @@ from .signature import tensor_type
 
 class Workarounds:
     """The workarounds, each a method of the function builder."""
+
+    def index_operands(self, e: Expr, index_order) -> Expr:
+        """``e`` with every ``index(k)`` read from a dense ``iota_k[k] = k`` (int64), filled
+        inside the kernel by a one-loop dense ``linalg.generic`` (the only place a
+        ``linalg.index`` is emitted) and read like any dense operand.
+
+        MLIR 22 does not renumber ``linalg.index`` when the sparsifier reorders a loop nest
+        (``sparse-reinterpret-map`` demapping a permuted operand, the loop sorting picking
+        another order than the generic's dimensions): ``index(i)`` then read another loop's
+        index (column indices for CSR, CSC, COO in ``min[i](where(X[i,j] != 0, index(i),
+        big))``).  An ordinary access ``iota_k[k]`` moves with its loop."""
+        names = list(dict.fromkeys(n.name for n in walk(e) if isinstance(n, Index)))
+        if not names:
+            return e
+        row = row_of(np.dtype(np.int64))
+        swaps = {}
+        for k in names:
+            if k not in index_order:
+                raise DTypeError(f"index({k}): '{k}' is not a loop index of this kernel")
+            name = self.fresh("iota")
+            ttype = tensor_type(1, row, None)
+            self.alloc(f"{name}_m", f"{name}_e", (k,), row)
+            res = self.generic(f"{name}_e", ttype, (k,), (), Index(k), np.dtype(np.int64), fill=False)
+            acc = Access(name, (k,))
+            self.ssa[name], self.types[name] = res, ttype
+            self.node_dtypes[acc] = np.dtype(np.int64)
+            swaps[Index(k)] = acc
+
+        def rebuild(node: Expr) -> Expr:
+            if isinstance(node, Index):
+                return swaps[node]
+            if isinstance(node, Unary):
+                new = Unary(node.fn, rebuild(node.arg))
+            elif isinstance(node, Binary):
+                new = Binary(node.op, rebuild(node.left), rebuild(node.right))
+            elif isinstance(node, Where):
+                new = Where(rebuild(node.cond), rebuild(node.left), rebuild(node.right))
+            elif isinstance(node, Reduce):
+                new = Reduce(node.op, node.indices, rebuild(node.body), node.identity)
+            elif isinstance(node, Stored):
+                new = Stored(rebuild(node.body))
+            elif isinstance(node, Dense):
+                new = Dense(rebuild(node.body))
+            else:
+                return node
+            self.node_dtypes[new] = self.node_dtypes[node]
+            return new
+        return rebuild(e)
 
     def dense_diagonal(self, a: Access) -> Access:
         """``D[i] = A[i,i]`` for a dense ``A``, a dense temporary (one dense loop nest).
