@@ -113,3 +113,25 @@ def test_index_in_three_dimensions_and_nested_reductions(fmt):
     np.testing.assert_array_equal(got, want)
     got = sc.evaluate("z[i] = sqrt(sum[j,k](T[i,j,k] * index(k))) + index(i)", T=A, formats=formats)
     np.testing.assert_allclose(got, np.sqrt((T * np.arange(5)).sum(axis=(1, 2))) + np.arange(3))
+
+
+# ------------------------------------------------------------------ einsum depth
+from sparsecc.errors import ParseError  # noqa: E402
+from sparsecc.expr import MAX_DEPTH, depth  # noqa: E402
+from sparsecc.parse import parse_einsum  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [MAX_DEPTH + 1, 600, 5000])
+def test_einsum_with_too_many_operands_is_a_parse_error(n):
+    x = np.ones(3)
+    with pytest.raises(ParseError, match=f"{n} operands"):
+        sc.einsum(",".join(["i"] * n) + "->i", *[x] * n)
+    with pytest.raises(ParseError, match=f"at most {MAX_DEPTH}"):
+        parse_einsum(",".join(["i"] * n) + "->", n)
+
+
+def test_einsum_depth_limit_is_the_notation_limit():
+    assert depth(parse_einsum(",".join(["i"] * MAX_DEPTH) + "->i", MAX_DEPTH).expr) == MAX_DEPTH
+    assert depth(parse_einsum(",".join(["i"] * (MAX_DEPTH - 1)) + "->", MAX_DEPTH - 1).expr) == MAX_DEPTH
+    with pytest.raises(ParseError):
+        parse_einsum(",".join(["i"] * MAX_DEPTH) + "->", MAX_DEPTH)      # + the sum: one level deeper
