@@ -17,6 +17,23 @@ def test_every_corpus_kernel_emits_the_recorded_mlir():
     assert not changed, f"{len(changed)} of {len(rows)} kernels emit other MLIR, e.g. {changed[:3]}"
 
 
+def test_emission_is_the_same_in_another_process_in_another_order():
+    # the emitter is pure: another process, another hash seed, the cases in reverse order
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "import emit_corpus as ec\n"
+            "rows = ec.load()[::-7]; ns = ec._namespace()\n"
+            "print(sum(ec.sha(ec.emit_case(r['case'], ns)) != r['sha'] for r in rows), len(rows))\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(here), here], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": "4242"}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    differ, n = map(int, out.stdout.split())
+    assert n > 500 and differ == 0
+
+
 # ------------------------------------------------------------------ index(k) under loop reordering
 import numpy as np
 import pytest
