@@ -130,6 +130,9 @@ class Body(Casts):
         if isinstance(e, Access):
             v = self.args[e]
         elif isinstance(e, Index):
+            # only in the one-loop dense generic that fills an index's iota (see
+            # Workarounds.index_operands): in a loop nest the sparsifier reorders, MLIR 22
+            # would not renumber the linalg.index
             if e.name not in self.dims:
                 raise DTypeError(f"index({e.name}): '{e.name}' is not a loop index of this kernel")
             i = self.emit(f"linalg.index {self.dims[e.name]} : index")
