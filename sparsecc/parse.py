@@ -62,6 +62,11 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
     contracted = tuple(c for c in counts if c not in out)
     if contracted:
         expr = Reduce("sum", contracted, expr)
+    levels = depth(expr)          # before any recursive walk of the tree (as parse_notation)
+    if levels > MAX_DEPTH:
+        raise ParseError(f"einsum of {n_operands} operands: their product is {levels} levels deep; sparsecc "
+                         f"accepts at most {MAX_DEPTH} (deeper trees exhaust Python's stack): multiply the "
+                         f"operands in several einsum calls")
     return Statement("out", out, expr, names)
 
 

@@ -124,7 +124,7 @@ ORDER_KERNELS = ["B[i,j] = exp(A[i,j]) * (1+2j)", "y[i] = min[j](A[i,j] + x[j])"
 
 
 def _order_ir(order):
-    from sparsecc.dialect.emit import emit_kernel
+    from sparsecc.dialect import emit_kernel
     from sparsecc.formats import resolve
     from sparsecc.parse import parse_notation
     out = {}
@@ -263,7 +263,7 @@ def test_deepest_accepted_expression():
         want = want + x
     bits_equal(sc.evaluate(f"y[i] = {terms}", x=x), want)
     # the emitter walks such a tree inside sparse regions without exhausting the stack
-    from sparsecc.dialect.emit import emit_kernel
+    from sparsecc.dialect import emit_kernel
     from sparsecc.formats import resolve
     from sparsecc.parse import parse_notation
     stmt = parse_notation("B[i,j] = " + "+".join(["exp(A[i,j])"] * 49) + " - " + "(" * 90 + "A[i,j]" + ")" * 90)

@@ -1,6 +1,6 @@
 """Structural kernels: slices, index selections, reshapes and concatenations of sparse tensors.
 
-The expression emitter (``emit.py``) builds ``linalg.generic`` ops from index notation; a
+The expression emitter (``function.py``) builds ``linalg.generic`` ops from index notation; a
 slice, a reshape or a concatenation moves stored entries to new coordinates and is no such
 op.  One MLIR function here does it for any rank and format (``gather_kernel``):
 
@@ -23,7 +23,7 @@ tensor with a dynamic ``output_shape`` gives wrong level sizes and coordinates,
 whose levels are not in dimension order aborts (``srcEnc.isIdentity()``); so sources are
 passed in dimension order (a CSC matrix as the CSR storage of its transpose).
 
-Calling convention (as ``emit.py``'s, ``docs/architecture.md``): ``index`` arguments first -
+Calling convention (as ``signature.py``'s, ``docs/architecture.md``): ``index`` arguments first -
 the result's size per dimension, then for each source its slice (offset, size, stride per
 dimension) and its coordinate parameters - then one tensor per source; the sparse result
 is returned.  Every dimension is dynamic, so one compile serves every shape.
