@@ -119,6 +119,10 @@ CASES = {
                {(0, 0): 1.5 * 1.5, (1, 1): 4.0}),
     "spgemm-csc": ("ik,kj->ij", [("csr", [2, "N"], E2), ("csc", ["N", 2], E2T)], "csc", (2, 2),
                    {(0, 0): 1.5 * 1.5, (1, 1): 4.0}),
+    # a tall product into CSC: built row-wise first (positions per row would be O(N))
+    "spgemm-tall-csc": ("ik,kj->ij", [("coo", ["N", 2], E2T), ("csr", [2, 2], [([0, 1], 2.0), ([1, 0], 3.0)])],
+                        "csc", (N, 2), {(5, 1): 3.0, (N - 1, 0): -6.0}),
+    "sum-rows-coo": ("ij->j", [("csr", [2, "N"], E2)], "coo", (N,), {(5,): 1.5, (N - 1,): -2.0}),
 }
 
 

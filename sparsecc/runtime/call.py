@@ -31,8 +31,8 @@ from .loader import STATS, Loaded
 from .memref import ArgPacker, describe as describe_array, specifier
 from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
 from .results import result_view, wrap
-from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype, _row_wise_orders,
-                             _without_coiterated_blocks, huge_dimension, specialize)
+from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
+                             _without_coiterated_blocks, huge_dimension, sparse_result_orders, specialize)
 from .validate import check_widths, validate
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
     if out_fmt is not None:
-        orders = _row_wise_orders(self.stmt)
+        orders = sparse_result_orders(self.stmt, fmts, huge)
         fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
     fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
             for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]

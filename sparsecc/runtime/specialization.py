@@ -126,7 +126,44 @@ def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format |
     if huge and out_format is not None and not isinstance(stmt.expr, Reduce):
         safe = [a for a in attempts if not _unpaid_temporaries(stmt, formats, out_format, a[1])]
         attempts = safe + [a for a in attempts if a not in safe]
+    elif huge and out_format is not None:
+        # a contraction's operands are already in its loop order; its result built in
+        # dimension order (CSR for a CSC result) has positions the size of a dimension:
+        # build it with compressed outer levels (DCSR) instead
+        attempts = [(split, _compressed_outer(via)
+                     if via is not None and _unpaid_temporaries(stmt, formats, out_format, via, False) else via)
+                    for split, via in attempts]
     return tuple(attempts)
+
+
+def _compressed_outer(f: Format) -> Format:
+    """``f`` with its leading dense levels compressed (CSR -> DCSR)."""
+    levels = list(f.levels)
+    for l in range(len(levels)):
+        if f.level_base(l) != "dense":
+            break
+        levels[l] = "compressed"
+    return Format(tuple(levels), f.order, None, f.pos_width, f.crd_width)
+
+
+def sparse_result_orders(stmt: Statement, formats, huge: bool = False) -> dict:
+    """The storage order of each operand of a contraction with a sparse result
+    (:func:`_row_wise_orders`).  In a ``huge`` call with one sparse operand (``ij->j``),
+    the result's indices come first and the summed ones last: Gustavson's order would
+    expand the result's last index into a dense row of its size (a workspace of 17 bytes
+    per element of that dimension) while the work is O(stored entries); in this order the
+    operand runs as COO sorted by the result's indices and the result is inserted in order."""
+    if huge and isinstance(stmt.expr, Reduce) and sum(not f.is_dense for f in formats) == 1:
+        return _output_first_orders(stmt)
+    return _row_wise_orders(stmt)
+
+
+@lru_cache(maxsize=None)
+def _output_first_orders(stmt: Statement) -> dict:
+    loop = list(stmt.indices) + [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices)
+                                 if i not in stmt.indices]
+    return {a.tensor: tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
+            for a in accesses(stmt.expr) if len(set(a.indices)) == len(a.indices)}
 
 
 def _attempts_in_order(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
@@ -170,13 +207,15 @@ def _dense_prefix(f: Format, indices) -> frozenset:
     return frozenset(out)
 
 
-def _unpaid_temporaries(stmt: Statement, formats: tuple[Format, ...], out: Format, via: Format | None) -> list:
+def _unpaid_temporaries(stmt: Statement, formats: tuple[Format, ...], out: Format, via: Format | None,
+                        converts: bool = True) -> list:
     """The temporaries the sparsifier makes to build ``out`` (through ``via``) whose size
     follows dimensions that neither an operand's nor the result's storage already follows:
     each as the set of indices whose sizes multiply into it.  A sparse result is inserted in
     its levels' order, so every sparse operand that stores those indices in another order is
     converted first into its own level types in the loop's order (a CSR operand of ``ij->ji``
-    becomes j-major: a dense level of j's size); ``via`` is itself a temporary."""
+    becomes j-major: a dense level of j's size); ``via`` is itself a temporary.
+    ``converts=False``: operands are already in the loop's order (contractions)."""
     build = via or out
     paid = [_dense_prefix(out, stmt.indices)]
     temps = [_dense_prefix(via, stmt.indices)] if via is not None else []
@@ -188,7 +227,7 @@ def _unpaid_temporaries(stmt: Statement, formats: tuple[Format, ...], out: Forma
         seen.add(a.tensor)
         f = formats[stmt.operands.index(a.tensor)]
         paid.append(_dense_prefix(f, a.indices))
-        if f.is_dense or f.block is not None or loop is None:
+        if f.is_dense or f.block is not None or loop is None or not converts:
             continue
         rank = [loop.get(a.indices[d], len(loop)) for d in f.order]
         if rank != sorted(rank):
