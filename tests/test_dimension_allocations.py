@@ -59,7 +59,7 @@ for case in CASES:
         ops = []
         fmts = [o[3] if len(o) > 3 else None for o in case["operands"]]
         for kind, shape, ents, *_ in case["operands"]:
-            shape = tuple(N if s == "N" else s for s in shape)
+            shape = tuple({"N": N, "W": 2**31}.get(s, s) for s in shape)   # W: 64-bit indices
             ents = [([N - 1 if c == "N-1" else c for c in crd], v) for crd, v in ents]
             ops.append(operand(kind, shape, ents))
         before = [(x.data.copy(), x.shape) for x in ops]
@@ -114,6 +114,10 @@ CASES = {
     "dcc3-kji-csf": ("ijk->kji", [("coo", [2, 3, "N"], E3, DCC)], "csf", (N, 3, 2),
                      _permute(_plain(E3), (2, 1, 0))),
     "coo3-kij": ("ijk->kij", [("coo", [2, 3, "N"], E3)], "coo", (N, 2, 3), _permute(_plain(E3), (2, 0, 1))),
+    # a dimension of 2**31: 64-bit indices (this wrote to address 0 once)
+    "wide-csr-T-coo": ("ij->ji", [("csr", [2, "W"], E2)], "coo", (2**31, 2), _permute(_plain(E2), (1, 0))),
+    "wide-cooT-T-csr": ("ij->ji", [("coo", ["W", 2], E2T)], "csr", (2, 2**31), _permute(_plain(E2T), (1, 0))),
+    "wide-coo3-kji": ("ijk->kji", [("coo", [2, 3, "W"], E3)], "coo", (2**31, 3, 2), _permute(_plain(E3), (2, 1, 0))),
     # SpGEMM (2, N) x (N, 2): the expansion workspace is a row of the result (2 entries)
     "spgemm": ("ik,kj->ij", [("csr", [2, "N"], E2), ("coo", ["N", 2], E2T)], "csr", (2, 2),
                {(0, 0): 1.5 * 1.5, (1, 1): 4.0}),
