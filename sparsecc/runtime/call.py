@@ -31,8 +31,8 @@ from .loader import STATS, Loaded
 from .memref import ArgPacker, describe as describe_array, specifier
 from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
 from .results import result_view, wrap
-from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype, _row_wise_orders,
-                             _without_coiterated_blocks, specialize)
+from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
+                             _without_coiterated_blocks, huge_dimension, sparse_result_orders, specialize)
 from .validate import check_widths, validate
 
 if TYPE_CHECKING:
@@ -211,10 +211,12 @@ def _to_bsr(args, positions, whats) -> list:
     return args
 
 
-def prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
+def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
     """The plan for calls with operands like ``values``: resolved formats and widths,
     a loader per operand, the compiled kernel and its argument layout.  It depends only
-    on what ``keys`` and ``wide`` say about the operands, never on their contents."""
+    on what ``keys``, ``wide`` and ``huge`` (a dimension much larger than the stored
+    entries: see ``specialization.huge_dimension``) say about the operands, never on
+    their contents."""
     info = self._static()
     ops = self.stmt.operands
     dtypes, fmts = [], []
@@ -227,8 +229,8 @@ def prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
     if out_fmt is not None:
-        orders = _row_wise_orders(self.stmt)
-        fmts = [_for_sparse_result(f, orders.get(n)) for n, f in zip(ops, fmts)]
+        orders = sparse_result_orders(self.stmt, fmts, huge)
+        fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
     fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
             for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]
     out = _result_dtype(self.stmt, tuple(dtypes))
@@ -251,7 +253,7 @@ def prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
                 f"{', '.join(f'{f} {d}' for f, d in zip(formats, dtypes))}")
         key = None
     else:
-        comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt)
+        comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt, huge)
         key = _loaded_key(comp)
     sig = comp.signature
     layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]
@@ -317,12 +319,13 @@ def call(self, *args, **kwargs):
     if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
         wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
                 max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
-    pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None)
+    huge = huge_dimension(sizes, counts)
+    pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None, huge)
     plan = info.plans.get(pkey)
     if plan is not None and plan.library is None and _spec._loaded.get(plan.key) is plan.comp:
         STATS.hits += 1                 # a call served by a loaded kernel
     elif plan is None or not plan.current(self):
-        plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide)
+        plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide, huge)
     comp = self._last = plan.comp
     operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
     if plan.converts is not None:

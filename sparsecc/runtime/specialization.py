@@ -76,10 +76,15 @@ def _build(stmt, fmts, dts, out_format, options, split, via=None):
 
 
 def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
-               options: Options, out_format: Format | None = None) -> Compiled:
+               options: Options, out_format: Format | None = None, huge: bool = False) -> Compiled:
     """The loaded kernel for one specialization (``out_format``: a sparse result's format,
-    widths resolved; ``None`` for a dense result)."""
+    widths resolved; ``None`` for a dense result).  ``huge``: the call has a dimension much
+    larger than its stored entries (:func:`huge_dimension`): prefer the forms that make no
+    temporary sized by a dimension (:func:`_attempts`)."""
+    attempts = _attempts(stmt, formats, out_format, huge)
     mem_key = (stmt, formats, dtypes, options, out_format)
+    if huge and attempts != _attempts(stmt, formats, out_format):
+        mem_key += ("huge",)
     got = _loaded.get(mem_key)
     if got is not None:
         STATS.hits += 1
@@ -93,7 +98,7 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
             return got
         fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
         mlir, sig, mod = _first_that_compiles(
-            _attempts(stmt, formats, out_format),
+            attempts,
             lambda split, via: _build(stmt, fmts, dts, out_format, options, split, via))
         n = _expected_args(sig, formats)
         if len(mod.info["arg_types"]) != n:
@@ -103,11 +108,65 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         _loaded[mem_key] = got
         return got
 
-def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
+@lru_cache(maxsize=1024)
+def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None,
+              huge: bool = False) -> tuple:
     """The (split, via) forms to try, in order.  The sparsifier rejects (or crashes on) some
     fused expressions, and finds no loop order for some sparse results: retry split into one
     generic per sparse operation, then building the result in dimension order (or an
-    operand's storage order) and converting it inside the kernel."""
+    operand's storage order) and converting it inside the kernel.
+
+    ``huge`` (a call with a dimension much larger than its stored entries): the forms whose
+    temporaries are all O(stored entries + the operands' and the result's own storage) come
+    first.  Building ``ij->ji`` of a CSR into COO directly makes the sparsifier copy the
+    operand j-major (a dense level of j's size, 8.6 GB of positions for 2**31 columns);
+    building the COO in the operand's order and sorting it inside the kernel does not.  For
+    ordinary shapes the direct form stays first: it measured faster (docs/sparse-results.md)."""
+    attempts = _attempts_in_order(stmt, formats, out_format)
+    if huge and out_format is not None and not isinstance(stmt.expr, Reduce):
+        safe = [a for a in attempts if not _unpaid_temporaries(stmt, formats, out_format, a[1])]
+        attempts = safe + [a for a in attempts if a not in safe]
+    elif huge and out_format is not None:
+        # a contraction's operands are already in its loop order; its result built in
+        # dimension order (CSR for a CSC result) has positions the size of a dimension:
+        # build it with compressed outer levels (DCSR) instead
+        attempts = [(split, _compressed_outer(via)
+                     if via is not None and _unpaid_temporaries(stmt, formats, out_format, via, False) else via)
+                    for split, via in attempts]
+    return tuple(attempts)
+
+
+def _compressed_outer(f: Format) -> Format:
+    """``f`` with its leading dense levels compressed (CSR -> DCSR)."""
+    levels = list(f.levels)
+    for l in range(len(levels)):
+        if f.level_base(l) != "dense":
+            break
+        levels[l] = "compressed"
+    return Format(tuple(levels), f.order, None, f.pos_width, f.crd_width)
+
+
+def sparse_result_orders(stmt: Statement, formats, huge: bool = False) -> dict:
+    """The storage order of each operand of a contraction with a sparse result
+    (:func:`_row_wise_orders`).  In a ``huge`` call with one sparse operand (``ij->j``),
+    the result's indices come first and the summed ones last: Gustavson's order would
+    expand the result's last index into a dense row of its size (a workspace of 17 bytes
+    per element of that dimension) while the work is O(stored entries); in this order the
+    operand runs as COO sorted by the result's indices and the result is inserted in order."""
+    if huge and isinstance(stmt.expr, Reduce) and sum(not f.is_dense for f in formats) == 1:
+        return _output_first_orders(stmt)
+    return _row_wise_orders(stmt)
+
+
+@lru_cache(maxsize=None)
+def _output_first_orders(stmt: Statement) -> dict:
+    loop = list(stmt.indices) + [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices)
+                                 if i not in stmt.indices]
+    return {a.tensor: tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
+            for a in accesses(stmt.expr) if len(set(a.indices)) == len(a.indices)}
+
+
+def _attempts_in_order(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
     attempts = [(False, None), (True, None)]
     if out_format is None:
         return attempts
@@ -120,6 +179,61 @@ def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format |
         return [(False, in_order), (True, in_order)] if in_order is not None else attempts
     vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
     return attempts + [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None) for sp in (False, True)]
+
+
+#: a call is in the huge-dimension class when an index is larger than HUGE_FACTOR times the
+#: elements its operands store, plus HUGE_SLACK: then (only then) its sparse result is
+#: planned so that no temporary is sized by a dimension (:func:`_attempts`)
+HUGE_FACTOR, HUGE_SLACK = 4, 1 << 16
+
+
+def huge_dimension(sizes, counts) -> bool:
+    """``sizes``: the index sizes of a call; ``counts``: each operand's stored entries (its
+    element count when dense)."""
+    return max(sizes, default=0) > HUGE_FACTOR * sum(counts) + HUGE_SLACK
+
+
+def _dense_prefix(f: Format, indices) -> frozenset:
+    """The indices whose sizes multiply into the positions of ``f``'s first sparse level
+    (its leading dense levels); empty for a dense format or one that starts sparse."""
+    if f.is_dense:
+        return frozenset(indices)
+    dims = f.level_dims()
+    out = []
+    for l in range(len(f.levels)):
+        if f.level_base(l) != "dense":
+            break
+        out.append(indices[dims[l][0]])
+    return frozenset(out)
+
+
+def _unpaid_temporaries(stmt: Statement, formats: tuple[Format, ...], out: Format, via: Format | None,
+                        converts: bool = True) -> list:
+    """The temporaries the sparsifier makes to build ``out`` (through ``via``) whose size
+    follows dimensions that neither an operand's nor the result's storage already follows:
+    each as the set of indices whose sizes multiply into it.  A sparse result is inserted in
+    its levels' order, so every sparse operand that stores those indices in another order is
+    converted first into its own level types in the loop's order (a CSR operand of ``ij->ji``
+    becomes j-major: a dense level of j's size); ``via`` is itself a temporary.
+    ``converts=False``: operands are already in the loop's order (contractions)."""
+    build = via or out
+    paid = [_dense_prefix(out, stmt.indices)]
+    temps = [_dense_prefix(via, stmt.indices)] if via is not None else []
+    loop = {stmt.indices[d]: k for k, d in enumerate(build.order)} if build.block is None else None
+    seen = set()
+    for a in accesses(stmt.expr):
+        if a.tensor in seen or len(set(a.indices)) != len(a.indices):
+            continue
+        seen.add(a.tensor)
+        f = formats[stmt.operands.index(a.tensor)]
+        paid.append(_dense_prefix(f, a.indices))
+        if f.is_dense or f.block is not None or loop is None or not converts:
+            continue
+        rank = [loop.get(a.indices[d], len(loop)) for d in f.order]
+        if rank != sorted(rank):
+            order = tuple(sorted(range(f.rank), key=lambda d: loop.get(a.indices[d], len(loop))))
+            temps.append(_dense_prefix(Format(f.levels, order, None, f.pos_width, f.crd_width), a.indices))
+    return [t for t in temps if t and not any(t <= p for p in paid)]
 
 
 def _first_that_compiles(attempts, build):
@@ -203,16 +317,22 @@ def _without_coiterated_blocks(fmts: list[Format]) -> list[Format]:
     return [_CSR if f.block is not None else f for f in fmts]
 
 
-def _for_sparse_result(f: Format, order: tuple[int, ...] | None) -> Format:
+def _for_sparse_result(f: Format, order: tuple[int, ...] | None, huge: bool = False) -> Format:
     """The format an operand runs in when the result is sparse.  MLIR 22 fails on two kinds:
     block-sparse operands (demapping the blocks leaves unresolved casts: run as CSR) and
     dense levels below a sparse one (a transposed result from hybrid COO reads
     uninitialized memory: run as COO over every dimension).  Operands of a contraction are
-    stored in ``order`` (see :func:`_row_wise_orders`)."""
+    stored in ``order`` (see :func:`_row_wise_orders`); in a ``huge`` call (see
+    :func:`huge_dimension`) as COO in that order when the reordered levels would start
+    with a dense level over another dimension than the operand's own (a CSC operand stored
+    row-wise is CSR: positions the size of its rows)."""
     if f.block is not None:
         f = _CSR
     if order is not None and not f.is_dense and f.order != order:
-        f = _reordered(f, order)
+        g = _reordered(f, order)
+        if huge and not _dense_prefix(g, range(f.rank)) <= _dense_prefix(f, range(f.rank)):
+            return Format(_coo_of(f.rank).levels, order, None, f.pos_width, f.crd_width)
+        f = g
     bases = [f.level_base(l) for l in range(len(f.levels))]
     sparse_levels = [k for k, b in enumerate(bases) if b != "dense"]
     if sparse_levels and "dense" in bases[sparse_levels[0]:]:
