@@ -153,6 +153,51 @@ def nnz_bound(x) -> int:
     return data.size if isinstance(data, np.ndarray) else len(data)
 
 
+_WIDTH_OF = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
+
+
+def index_dtypes(x) -> tuple:
+    """The dtypes of a SciPy operand's index arrays (part of a call plan's key: they decide
+    the widths a kernel is compiled for); ``()`` for anything else."""
+    f = getattr(x, "format", None)
+    if f == "coo":
+        return tuple(c.dtype for c in x.coords)
+    if f in ("csr", "csc", "bsr"):
+        return x.indptr.dtype, x.indices.dtype
+    return ()
+
+
+def own_widths(x, fmt: Format) -> tuple[int, int] | None:
+    """The (position, coordinate) widths at which operand ``x``'s own index arrays pass to a
+    kernel storing it as ``fmt`` without a copy; ``None`` where its buffers are rebuilt
+    anyway (another layout) or its index dtypes are not int32/int64."""
+    if not sp.issparse(x) or fmt.is_dense:
+        return None
+    f = x.format
+    if f == "coo":
+        if not _is_coo_layout(fmt, x.ndim):
+            return None
+        ws = {_WIDTH_OF.get(c.dtype) for c in x.coords}
+        if len(ws) != 1 or None in ws:
+            return None
+        w, = ws
+        return w, w                     # the two-entry positions buffer is made per call anyway
+    if f == "csr" and x.ndim == 1:
+        ok = fmt.levels == _COO1.levels
+    elif f in _SAME and x.ndim == 2:
+        own = _SAME[f]
+        ok = fmt.levels == own.levels and fmt.order == own.order and fmt.block is None
+    elif f == "bsr":
+        ok = fmt.block == tuple(x.blocksize) and fmt.levels == ("dense", "compressed", "dense", "dense") \
+            and fmt.order == (0, 1)
+    else:
+        return None
+    if not ok:
+        return None
+    pos, crd = _WIDTH_OF.get(x.indptr.dtype), _WIDTH_OF.get(x.indices.dtype)
+    return None if pos is None or crd is None else (pos, crd)
+
+
 def load_dense(x, fmt: Format, what: str):
     if type(x) is not np.ndarray or not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
