@@ -198,3 +198,71 @@ def test_positions_and_coordinates_of_different_widths(rng, passed, pos, crd):
     assert {A.indptr.ctypes.data, A.indices.ctypes.data} <= passed[-1][0]
     f = k.last_formats()[0]
     assert (f.pos_width, f.crd_width) == (np.dtype(pos).itemsize * 8, np.dtype(crd).itemsize * 8)
+
+
+@pytest.mark.parametrize("idx", IDX)
+@pytest.mark.parametrize("nnz", [1, 80])
+def test_coordinates_that_are_columns_of_one_array_are_read_as_is(rng, passed, idx, nnz):
+    """``np.unravel_index`` gives the columns of one (nnz, rank) array: run as array-of-structs
+    COO, that array is the kernel's coordinate buffer (no copy)."""
+    d, r = 9, 3
+    flat = np.sort(rng.choice(d ** 3, size=nnz, replace=False))
+    cols = np.ascontiguousarray(np.stack(np.unravel_index(flat, (d, d, d)), axis=1).astype(idx))
+    T = sp.coo_array((rng.random(nnz), tuple(cols[:, k] for k in range(3))), shape=(d, d, d))
+    T.coords = tuple(cols[:, k] for k in range(3))      # (SciPy's constructor may widen int32)
+    assert all(np.shares_memory(c, cols) for c in T.coords)
+    B, C = rng.random((d, r)), rng.random((d, r))
+    k = sc.compile("ijk,jr,kr->ir")
+    assert_matches(k(T, B, C), np.einsum("ijk,jr,kr->ir", T.toarray(), B, C))
+    assert cols.ctypes.data in passed[-1][0]
+    assert "singleton(soa)" not in k.ir() and k.last_formats()[0].crd_width == np.dtype(idx).itemsize * 8
+    # the same kernel on unsorted columns (coalesced on a copy) and on separate arrays
+    U = sp.coo_array((T.data[::-1].copy(), tuple(cols[::-1, k] for k in range(3))), shape=(d, d, d))
+    U.coords = tuple(cols[::-1, k] for k in range(3))   # negative strides: not this layout
+    assert_matches(k(U, B, C), np.einsum("ijk,jr,kr->ir", U.toarray(), B, C))
+    S = sp.coo_array((T.data, tuple(np.ascontiguousarray(c) for c in T.coords)), shape=(d, d, d))
+    assert_matches(k(S, B, C), np.einsum("ijk,jr,kr->ir", S.toarray(), B, C))
+
+
+# ------------------------------------------------------------- checks of large COO operands
+def _big_coo(rng, idx, d=40, nnz=None, columns=False):
+    from sparsecc.runtime.validate import NATIVE_MIN
+    nnz = nnz or NATIVE_MIN + 7
+    flat = np.sort(rng.choice(d ** 3, size=nnz, replace=False))
+    cols = np.ascontiguousarray(np.stack(np.unravel_index(flat, (d, d, d)), axis=1).astype(idx))
+    T = sp.coo_array((rng.random(nnz), (cols[:, 0], cols[:, 1], cols[:, 2])), shape=(d, d, d))
+    T.coords = tuple(cols[:, k] for k in range(3)) if columns else tuple(cols[:, k].copy() for k in range(3))
+    return T, cols
+
+
+@pytest.mark.parametrize("columns", [False, True])
+@pytest.mark.parametrize("idx", IDX)
+@pytest.mark.parametrize("bad,needle", [(40, "index 40, out of range"), (-3, "negative index")])
+def test_large_coo_bad_coordinate_found(rng, idx, columns, bad, needle):
+    """Large COO operands are checked by a native scan: a bad coordinate anywhere, in any
+    dimension, is still refused with its value, before the kernel runs."""
+    T, cols = _big_coo(rng, idx, columns=columns)
+    x = rng.random(40)
+    for dim in range(3):
+        T2, _ = _big_coo(rng, idx, columns=columns)
+        c = T2.coords[dim]
+        c[len(c) // 2] = bad
+        with pytest.raises(sc.OperandError, match=f"coordinate array {dim}.*{needle}"):
+            sc.einsum("ijk,k->ij", T2, x)
+
+
+@pytest.mark.parametrize("columns", [False, True])
+@pytest.mark.parametrize("check", [True, False])
+def test_large_coo_order_found(rng, columns, check):
+    """Sorted large COO arrays are read as they are; unsorted or duplicated ones are
+    coalesced on a copy (the native scan decides), whether validation runs or not."""
+    T, cols = _big_coo(rng, np.int64, columns=columns)
+    x = rng.random(40)
+    k = sc.compile("ijk,k->ij", check=check)
+    want = np.einsum("ijk,k->ij", T.toarray(), x)
+    assert_matches(k(T, x), want)
+    for perm in (np.arange(T.nnz)[::-1], np.r_[0, 0, 1:T.nnz]):   # unsorted; a duplicate
+        c = [a[perm].copy() for a in T.coords]
+        U = sp.coo_array((T.data[perm], tuple(c)), shape=T.shape)
+        U.coords = tuple(c)
+        assert_matches(k(U, x), np.einsum("ijk,k->ij", U.toarray(), x))

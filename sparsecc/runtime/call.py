@@ -29,7 +29,8 @@ from ..formats import Format, resolve
 from . import specialization as _spec
 from .loader import STATS, Loaded
 from .memref import ArgPacker, describe as describe_array, specifier
-from .operands import INT32_MAX, as_operand, default_format, index_dtypes, loader, nnz_bound, own_widths
+from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound,
+                       own_widths)
 from .results import result_view, wrap
 from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype, _row_wise_orders,
                              _without_coiterated_blocks, specialize)
@@ -223,8 +224,11 @@ def prepare(self, values, keys, shapes, sizes, wide) -> "_Plan":
     for name, x, what in zip(ops, values, info.whats):
         dtypes.append(dt.lookup(x.dtype, what).name)
         own, block = default_format(x)
-        spec = self.formats.get(name) or own
-        fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
+        spec = self.formats.get(name)
+        if spec is None and own == "coo" and x.ndim >= 2 and aos_like(x):
+            fmts.append(coo_aos(x.ndim))    # its coordinates are one (nnz, rank) array: read it as is
+            continue
+        fmts.append(_resolve_cached(spec or own, self._ranks[name], what, block))
     fmts = _without_coiterated_blocks(fmts)
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)

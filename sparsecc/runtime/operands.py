@@ -8,6 +8,7 @@ own are built here from its coordinates (a conversion of layout, not a computati
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,9 +18,10 @@ import scipy.sparse as sp
 from .. import dtypes as dt
 from ..errors import OperandError, ShapeError
 from ..formats import Format
-from .validate import check_widths
+from .validate import NATIVE_MIN, check_widths, coo_scan, scanned_order
 
 INT32_MAX = np.iinfo(np.int32).max
+_LINEAR_MAX = np.iinfo(np.int64).max       # shapes whose linear indices fit in int64
 _SAME = {"csr": Format.csr(), "csc": Format.csc()}    # SciPy layouts that pass through as they are
 
 
@@ -90,6 +92,44 @@ def _coo(rank: int) -> Format:
     return Format.coo(rank)
 
 
+@lru_cache(maxsize=None)
+def coo_aos(rank: int) -> Format:
+    """COO with its coordinates interleaved in one (nnz, rank) buffer (MLIR's array of
+    structs): the layout of a ``coo_array`` whose coordinates are the columns of one array,
+    as ``np.unravel_index`` and ``np.nonzero`` give them."""
+    return Format(("compressed(nonunique)",) + ("singleton(nonunique)",) * (rank - 2) + ("singleton",))
+
+
+def aos_like(x) -> bool:
+    """``x``'s coordinates look like the columns of one C-ordered (nnz, rank) array (a cheap
+    test for the call plan's key; :func:`aos_buffer` checks the addresses)."""
+    coords = x.coords
+    r = len(coords)
+    if r < 2:
+        return False
+    c0 = coords[0]
+    base, step = c0.base, r * c0.itemsize
+    return base is not None and all(type(c) is np.ndarray and c.base is base and c.strides == (step,)
+                                    and c.dtype == c0.dtype for c in coords)
+
+
+def aos_buffer(coords) -> np.ndarray | None:
+    """The coordinates as one flat (nnz * rank) view of the array they are columns of, or
+    None where they are not laid out so."""
+    r = len(coords)
+    c0 = coords[0]
+    s = c0.itemsize
+    n = c0.shape[0]
+    if n == 0 or r < 2:
+        return None
+    p = c0.ctypes.data
+    for k, c in enumerate(coords):
+        if type(c) is not np.ndarray or c.dtype != c0.dtype or c.shape != (n,) or c.strides != (r * s,) \
+                or c.ctypes.data != p + k * s:
+            return None
+    return np.lib.stride_tricks.as_strided(c0, shape=(n * r,), strides=(s,), writeable=False)
+
+
 def is_canonical_coo(x) -> bool:
     """Sorted, duplicate-free coordinates?  SciPy's flag, or one vectorized O(nnz) pass
     (a coo_array built from coordinates is flagged non-canonical even when it is)."""
@@ -97,6 +137,28 @@ def is_canonical_coo(x) -> bool:
         return True
     if x.nnz < 2:
         return True
+    coords = x.coords
+    if x.nnz >= NATIVE_MIN:
+        # validate() just scanned these arrays (check=True), or one native pass now
+        ordered = scanned_order(coords, x.shape)
+        if ordered is None:
+            scan = coo_scan(coords, x.shape)
+            ordered = None if scan is None else scan[1]
+        if ordered is not None:
+            return ordered
+    if len(coords) == 1:
+        c = np.asarray(coords[0])
+        return bool((c[1:] > c[:-1]).all())
+    shape = tuple(int(s) for s in x.shape)
+    if math.prod(shape) <= _LINEAR_MAX:
+        # coordinates in range (validate.py checks them first): the row-major linear index
+        # orders entries exactly as the coordinates do, and one int64 array is built in place
+        lin = np.multiply(coords[0], shape[1], dtype=np.int64)
+        for c, n in zip(coords[1:-1], shape[2:]):
+            lin += c
+            lin *= n
+        lin += coords[-1]
+        return bool(np.less(lin[:-1], lin[1:]).all())
     # lexicographic comparison of consecutive coordinates, dimension by dimension
     greater = np.zeros(x.nnz - 1, dtype=bool)
     equal = np.ones(x.nnz - 1, dtype=bool)
@@ -126,9 +188,11 @@ def coalesce(x):
     return out
 
 
-def _is_coo_layout(fmt: Format, rank: int) -> bool:
-    """``fmt`` is sparsecc's COO layout (whatever its index widths)."""
-    c = _coo(rank)
+def _is_coo_layout(fmt: Format, rank: int, aos: bool = False) -> bool:
+    """``fmt`` is sparsecc's COO layout (``aos``: :func:`coo_aos`), whatever its index widths."""
+    if aos and rank < 2:
+        return False
+    c = coo_aos(rank) if aos else _coo(rank)
     return fmt.levels == c.levels and fmt.order == c.order and fmt.block is None
 
 
@@ -161,7 +225,7 @@ def index_dtypes(x) -> tuple:
     the widths a kernel is compiled for); ``()`` for anything else."""
     f = getattr(x, "format", None)
     if f == "coo":
-        return tuple(c.dtype for c in x.coords)
+        return tuple(c.dtype for c in x.coords) + (aos_like(x),)
     if f in ("csr", "csc", "bsr"):
         return x.indptr.dtype, x.indices.dtype
     return ()
@@ -175,7 +239,7 @@ def own_widths(x, fmt: Format) -> tuple[int, int] | None:
         return None
     f = x.format
     if f == "coo":
-        if not _is_coo_layout(fmt, x.ndim):
+        if not _is_coo_layout(fmt, x.ndim) and not _is_coo_layout(fmt, x.ndim, aos=True):
             return None
         ws = {_WIDTH_OF.get(c.dtype) for c in x.coords}
         if len(ws) != 1 or None in ws:
@@ -233,6 +297,18 @@ def load_csr1d(x, fmt: Format, what: str):
             [x.shape[0]])
 
 
+def load_coo_aos(x, fmt: Format, what: str):
+    """A canonical COO operand whose coordinates are the columns of one (nnz, rank) array,
+    run as :func:`coo_aos`: that array is the coordinate buffer (no copy)."""
+    coords = x.coords
+    if coords[0].dtype == _INDEX[fmt.crd_width] and is_canonical_coo(x):
+        buf = aos_buffer(coords)
+        if buf is not None:
+            return ([np.array([0, x.nnz], dtype=_INDEX[fmt.pos_width]), buf, np.ascontiguousarray(x.data)],
+                    [int(s) for s in x.shape])
+    return load_any(x, fmt, what)
+
+
 def load_any(x, fmt: Format, what: str):
     s = build(x, fmt, what)
     return s.buffers, s.lvl_sizes
@@ -258,6 +334,8 @@ def loader(x, fmt: Format):
         return load_densified if sp.issparse(x) else load_dense
     if sp.issparse(x) and x.ndim == 1 and x.format == "csr" and fmt.levels == _COO1.levels:
         return load_csr1d
+    if sp.issparse(x) and x.format == "coo" and _is_coo_layout(fmt, x.ndim, aos=True):
+        return load_coo_aos
     if sp.issparse(x) and x.ndim == 2 and fmt.block is None:
         own = _SAME.get(x.format)
         if own is not None and fmt.levels == own.levels and fmt.order == own.order:

@@ -16,6 +16,9 @@ from the arrays (O(nnz)) the first time it is asked and caches.
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -162,6 +165,12 @@ def validate(x, what: str) -> None:
         for k, c in enumerate(coords):
             if c.size != n:
                 raise OperandError(f"{what}: coordinate array {k} has {c.size} entries, data has {n}")
+        scan = coo_scan(coords, shape)      # large operands: one native pass, order included
+        if scan is not None:
+            _last_scan.value = (_scan_key(coords, shape), scan[1])   # for operands.is_canonical_coo
+            if scan[0]:
+                return
+        for k, c in enumerate(coords):      # (the native scan found a bad one: which, where)
             _in_range(c, shape[k], what, f"coordinate array {k} (dimension {k})")
 
 
@@ -173,3 +182,124 @@ def check_widths(fmt: Format, shape, nnz: int, what: str) -> None:
     if fmt.pos_width == 32 and nnz > INT32_MAX:
         raise OperandError(f"{what}: format {fmt} has 32-bit positions, but {nnz} entries are stored "
                            f"(> 2^31 - 1); use pos_width=64 or leave it unset")
+
+
+# ------------------------------------------------------------- the native COO scan
+#: COO operands with at least this many entries are scanned by a compiled kernel (one pass,
+#: no temporaries); smaller ones by NumPy, which then costs less than the call
+NATIVE_MIN = 1 << 15
+
+_MLIR_INT = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def _scan_mlir(types: tuple[str, ...], strides: tuple[int, ...]) -> str:
+    """A kernel over one coordinate array per dimension (element types ``types``): writes
+    out[0] = 1 if every coordinate is in [0, its dimension's size), out[1] = 1 if the
+    entries are in strictly increasing lexicographic order (sorted, no duplicates).  Each
+    array's stride (in elements) is fixed in the kernel: 1, or the rank for SciPy's views of
+    one (nnz, rank) array (what ``np.unravel_index`` returns)."""
+    r = len(types)
+    mt = [f"memref<?x{t}, strided<[{k}], offset: ?>>" for t, k in zip(types, strides)]
+    args = ["%nnz: index"] + [f"%n{d}: index" for d in range(r)] + \
+        [f"%c{d}: {m}" for d, m in enumerate(mt)] + ["%out: memref<2xi64>"]
+    body = ["  %z = arith.constant 0 : index", "  %one = arith.constant 1 : index",
+            "  %t = arith.constant true", "  %m1 = arith.constant -1 : i64"]
+    body += [f"  %u{d} = arith.index_cast %n{d} : index to i64" for d in range(r)]
+    prev = ", ".join(f"%p{d} = %m1" for d in range(r))
+    body.append(f"  %res:{r + 2} = scf.for %i = %z to %nnz step %one iter_args(%ok = %t, %up = %t, {prev})"
+                f" -> (i1, i1{', i64' * r}) {{")
+    for d, t in enumerate(types):
+        if t == "i64":
+            body.append(f"    %a{d} = memref.load %c{d}[%i] : {mt[d]}")
+        else:
+            body.append(f"    %w{d} = memref.load %c{d}[%i] : {mt[d]}")
+            body.append(f"    %a{d} = arith.extsi %w{d} : {t} to i64")
+        body.append(f"    %in{d} = arith.cmpi ult, %a{d}, %u{d} : i64")      # negative: huge unsigned
+    ok = "%ok"
+    for d in range(r):
+        body.append(f"    %ok{d} = arith.andi {ok}, %in{d} : i1")
+        ok = f"%ok{d}"
+    # greater than the previous entry, from the last dimension back to the first
+    body.append(f"    %g{r - 1} = arith.cmpi sgt, %a{r - 1}, %p{r - 1} : i64")
+    for d in range(r - 2, -1, -1):
+        body += [f"    %gt{d} = arith.cmpi sgt, %a{d}, %p{d} : i64",
+                 f"    %eq{d} = arith.cmpi eq, %a{d}, %p{d} : i64",
+                 f"    %e{d} = arith.andi %eq{d}, %g{d + 1} : i1",
+                 f"    %g{d} = arith.ori %gt{d}, %e{d} : i1"]
+    body.append("    %up1 = arith.andi %up, %g0 : i1")
+    body.append(f"    scf.yield {ok}, %up1, {', '.join(f'%a{d}' for d in range(r))} : i1, i1{', i64' * r}")
+    body.append("  }")
+    body += ["  %f0 = arith.extui %res#0 : i1 to i64", "  %f1 = arith.extui %res#1 : i1 to i64",
+             "  memref.store %f0, %out[%z] : memref<2xi64>", "  memref.store %f1, %out[%one] : memref<2xi64>",
+             "  return"]
+    return ("module {\n func.func @kernel(" + ", ".join(args) + ") attributes {llvm.emit_c_interface} {\n"
+            + "\n".join(body) + "\n }\n}\n")
+
+
+_scan_modules: dict = {}
+#: the order ``validate`` found for the COO operand it checked last on this thread: the
+#: loader's canonical-order check of that operand, in the same call, reads it (once)
+_last_scan = threading.local()
+
+
+def _scan_key(coords, shape) -> tuple:
+    return tuple(shape), tuple((c.ctypes.data, c.shape[0], c.strides[0], c.dtype) for c in coords)
+
+
+def scanned_order(coords, shape) -> bool | None:
+    """Whether ``validate`` found these very coordinate arrays sorted and duplicate-free
+    just before (the value is taken: asked twice, the second answer is None)."""
+    got = getattr(_last_scan, "value", None)
+    if got is None:
+        return None
+    _last_scan.value = None
+    key, ordered = got
+    return ordered if key == _scan_key(coords, shape) else None
+
+
+def _strided(c: np.ndarray):
+    """The descriptor of a 1-D array with a positive stride (in elements)."""
+    from .memref import descriptor_class
+    d = descriptor_class(1)()
+    d.allocated = d.aligned = c.ctypes.data
+    d.offset = 0
+    d.sizes[0] = c.shape[0]
+    d.strides[0] = c.strides[0] // c.itemsize
+    return d
+
+
+def coo_scan(coords, shape) -> tuple[bool, bool] | None:
+    """(every coordinate in range, strictly increasing order) of a COO operand's coordinate
+    arrays, in one pass of a kernel compiled by sparsecc itself (through ``load_module``,
+    disk-cached like every kernel); ``None`` where NumPy does the checks instead (small,
+    not int32/int64, not contiguous, mismatched lengths)."""
+    if not coords:
+        return None
+    n = coords[0].shape[0] if type(coords[0]) is np.ndarray else 0
+    if n < NATIVE_MIN:
+        return None
+    types, strides = [], []
+    r = len(coords)
+    for c in coords:
+        t = _MLIR_INT.get(c.dtype) if type(c) is np.ndarray else None
+        if t is None or c.ndim != 1 or c.shape[0] != n:
+            return None
+        k = c.strides[0]
+        k = 1 if k == c.itemsize else r if k == r * c.itemsize else 0
+        if not k:
+            return None
+        types.append(t)
+        strides.append(k)
+    key = (tuple(types), tuple(strides))
+    mod = _scan_modules.get(key)
+    if mod is None:
+        from .loader import load_module
+        mod = _scan_modules[key] = load_module(_scan_mlir(*key), what="the COO validation scan")
+    from .memref import describe
+    out = np.zeros(2, np.int64)
+    keep = [ctypes.c_int64(n)] + [ctypes.c_int64(int(s)) for s in shape] + \
+        [_strided(c) for c in coords] + [describe(out)]
+    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
+    if mod.entry(argv):
+        raise MemoryError("sparsecc: the COO validation scan failed")
+    return bool(out[0]), bool(out[1])
