@@ -266,3 +266,14 @@ def test_large_coo_order_found(rng, columns, check):
         U = sp.coo_array((T.data[perm], tuple(c)), shape=T.shape)
         U.coords = tuple(c)
         assert_matches(k(U, x), np.einsum("ijk,k->ij", U.toarray(), x))
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.uint32, np.int16])
+def test_other_coordinate_dtypes_are_copied_and_right(rng, dtype):
+    c = [np.array([0, 1, 1, 2], dtype), np.array([2, 0, 1, 1], dtype), np.array([1, 1, 0, 0], dtype)]
+    T = sp.coo_array((np.arange(1.0, 5.0), tuple(c)), shape=(3, 3, 2))
+    T.coords = tuple(c)
+    x = rng.random(2)
+    want = np.einsum("ijk,k->i", T.toarray(), x)
+    assert_matches(sc.einsum("ijk,k->i", T, x), want)
+    assert all(a.dtype == dtype for a in T.coords)

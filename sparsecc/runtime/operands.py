@@ -131,8 +131,10 @@ def aos_buffer(coords) -> np.ndarray | None:
 
 
 def is_canonical_coo(x) -> bool:
-    """Sorted, duplicate-free coordinates?  SciPy's flag, or one vectorized O(nnz) pass
-    (a coo_array built from coordinates is flagged non-canonical even when it is)."""
+    """Sorted, duplicate-free coordinates?  SciPy's flag, or one O(nnz) pass: a native
+    scan for large operands (validate's, when it just ran), else NumPy (a coo_array built
+    from coordinates is flagged non-canonical even when it is).  Exact for coordinates in
+    range, which ``validate`` checks first (``check=False`` promises them)."""
     if x.has_canonical_format:
         return True
     if x.nnz < 2:
@@ -150,7 +152,7 @@ def is_canonical_coo(x) -> bool:
         c = np.asarray(coords[0])
         return bool((c[1:] > c[:-1]).all())
     shape = tuple(int(s) for s in x.shape)
-    if math.prod(shape) <= _LINEAR_MAX:
+    if math.prod(shape) <= _LINEAR_MAX and all(np.can_cast(c.dtype, np.int64) for c in coords):
         # coordinates in range (validate.py checks them first): the row-major linear index
         # orders entries exactly as the coordinates do, and one int64 array is built in place
         lin = np.multiply(coords[0], shape[1], dtype=np.int64)
