@@ -279,3 +279,39 @@ def test_other_coordinate_dtypes_are_copied_and_right(rng, dtype):
         want[i] += v * x[k]
     assert_matches(sc.einsum("ijk,k->i", T, x), want)
     assert all(a.dtype == dtype for a in T.coords)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_large_coo_is_scanned_once_per_call(rng, monkeypatch, check):
+    from sparsecc.runtime import operands, validate
+    T, _ = _big_coo(rng, np.int64, columns=True)
+    x = rng.random(40)
+    k = sc.compile("ijk,k->ij", "coo", "dense", out_format="dense", check=check)
+    k(T, x)
+    scans = []
+    real = validate.coo_scan
+
+    def spy(*a):
+        scans.append(1)
+        return real(*a)
+    monkeypatch.setattr(validate, "coo_scan", spy)
+    monkeypatch.setattr(operands, "coo_scan", spy)
+    assert_matches(k(T, x), np.einsum("ijk,k->ij", T.toarray(), x))
+    assert len(scans) == 1
+
+
+def test_order_found_by_validation_is_not_reused_by_a_later_call(rng, passed):
+    """The order validation finds serves only the call that found it: a call that fails
+    after validating, then an in-place change, then an unchecked call sees the change
+    (the operand is coalesced on a copy, not read as sorted)."""
+    T, _ = _big_coo(rng, np.int64)
+    k = sc.compile("ijk,k->ij", out_format="dense")
+    with pytest.raises(sc.ShapeError):
+        k(T, np.ones(41))                   # validated (sorted), then refused
+    for c in T.coords:
+        c[:2] = c[1::-1].copy()             # the first two entries swapped: not sorted any more
+    T.data[:2] = T.data[1::-1].copy()
+    x = rng.random(40)
+    unchecked = sc.compile("ijk,k->ij", out_format="dense", check=False)
+    assert_matches(unchecked(T, x), np.einsum("ijk,k->ij", T.toarray(), x))
+    assert not any(c.ctypes.data in passed[-1][0] for c in T.coords)

@@ -34,7 +34,7 @@ from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format,
 from .results import result_view, wrap
 from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype, _row_wise_orders,
                              _without_coiterated_blocks, specialize)
-from .validate import check_widths, validate
+from .validate import check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -304,6 +304,7 @@ def call(self, *args, **kwargs):
     # only what follows from the operands' kinds (type, dtype, rank) and widths
     check = self.check
     values, keys, shapes, counts = [], [], [], []
+    orders = None           # (operand, sorted?) where validation's native scan found out
     for x, what in zip(args, info.whats):
         t = type(x)
         if t is np.ndarray:
@@ -314,7 +315,9 @@ def call(self, *args, **kwargs):
                 x = as_operand(x, what)
                 t = type(x)
             if check:
-                validate(x, what)
+                ordered = validate(x, what)
+                if ordered is not None:
+                    orders = (orders or []) + [(x, ordered)]
             if t in _SPARSE_TYPES:
                 data = x.data
                 # the index dtypes: a kernel reads int32 or int64 index arrays as they are
@@ -338,7 +341,11 @@ def call(self, *args, **kwargs):
     elif plan is None or not plan.current(self):
         plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide)
     comp = self._last = plan.comp
-    operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+    if orders is None:
+        operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+    else:
+        with known_orders(orders):      # the COO order validation found: not scanned twice
+            operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
     if plan.converts is not None:
         for k, to in enumerate(plan.converts):
             if to is not None:

@@ -141,8 +141,8 @@ def is_canonical_coo(x) -> bool:
         return True
     coords = x.coords
     if x.nnz >= NATIVE_MIN:
-        # validate() just scanned these arrays (check=True), or one native pass now
-        ordered = scanned_order(coords, x.shape)
+        # validate() just scanned this operand in this call (check=True), or one native pass now
+        ordered = scanned_order(x)
         if ordered is None:
             scan = coo_scan(coords, x.shape)
             ordered = None if scan is None else scan[1]

@@ -126,10 +126,11 @@ def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> b
     return min(c) >= 0 and max(c) < n_inner
 
 
-def validate(x, what: str) -> None:
+def validate(x, what: str) -> bool | None:
     """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
     read from the operand on every call: nothing is remembered between calls, since arrays
-    can be changed in place at any time."""
+    can be changed in place at any time.  Returns whether a large COO operand's entries are
+    sorted and duplicate-free when its scan found out (else None): see :func:`known_orders`."""
     t = type(x)
     if t is np.ndarray:
         return
@@ -166,12 +167,11 @@ def validate(x, what: str) -> None:
             if c.size != n:
                 raise OperandError(f"{what}: coordinate array {k} has {c.size} entries, data has {n}")
         scan = coo_scan(coords, shape)      # large operands: one native pass, order included
-        if scan is not None:
-            _last_scan.value = (_scan_key(coords, shape), scan[1])   # for operands.is_canonical_coo
-            if scan[0]:
-                return
+        if scan is not None and scan[0]:
+            return scan[1]
         for k, c in enumerate(coords):      # (the native scan found a bad one: which, where)
             _in_range(c, shape[k], what, f"coordinate array {k} (dimension {k})")
+    return None
 
 
 def check_widths(fmt: Format, shape, nnz: int, what: str) -> None:
@@ -237,24 +237,33 @@ def _scan_mlir(types: tuple[str, ...], strides: tuple[int, ...]) -> str:
 
 
 _scan_modules: dict = {}
-#: the order ``validate`` found for the COO operand it checked last on this thread: the
-#: loader's canonical-order check of that operand, in the same call, reads it (once)
-_last_scan = threading.local()
+_known = threading.local()
 
 
-def _scan_key(coords, shape) -> tuple:
-    return tuple(shape), tuple((c.ctypes.data, c.shape[0], c.strides[0], c.dtype) for c in coords)
+class known_orders:
+    """``with known_orders([(operand, ordered), ...]):`` - the orders ``validate`` just found
+    for these operand objects, for :func:`scanned_order` (``operands.is_canonical_coo``)
+    while the block runs: a call validates, then loads its operands, with nothing between
+    that could change them; outside the block nothing is remembered."""
+
+    def __init__(self, orders):
+        self.orders = orders
+
+    def __enter__(self):
+        _known.value = self.orders
+
+    def __exit__(self, *exc):
+        _known.value = None
 
 
-def scanned_order(coords, shape) -> bool | None:
-    """Whether ``validate`` found these very coordinate arrays sorted and duplicate-free
-    just before (the value is taken: asked twice, the second answer is None)."""
-    got = getattr(_last_scan, "value", None)
-    if got is None:
-        return None
-    _last_scan.value = None
-    key, ordered = got
-    return ordered if key == _scan_key(coords, shape) else None
+def scanned_order(x) -> bool | None:
+    """The order ``validate`` found for operand object ``x`` in this call (None: unknown)."""
+    orders = getattr(_known, "value", None)
+    if orders:
+        for o, ordered in orders:
+            if o is x:
+                return ordered
+    return None
 
 
 def _strided(c: np.ndarray):
