@@ -315,3 +315,21 @@ def test_order_found_by_validation_is_not_reused_by_a_later_call(rng, passed):
     unchecked = sc.compile("ijk,k->ij", out_format="dense", check=False)
     assert_matches(unchecked(T, x), np.einsum("ijk,k->ij", T.toarray(), x))
     assert not any(c.ctypes.data in passed[-1][0] for c in T.coords)
+
+
+def test_build_keeps_the_operands_own_widths(rng):
+    """operands.build (the op library's structural kernels use it) reads int64 index
+    arrays as they are too; results of structural ops stay right."""
+    from sparsecc.formats import resolve
+    from sparsecc.runtime.operands import build
+    A = _matrix(rng, "csr", (20, 16), 0.3, np.float64, np.int64)
+    s = build(A, resolve("csr", 2), "A")
+    assert (s.fmt.pos_width, s.fmt.crd_width) == (64, 64)
+    assert all(np.shares_memory(m, t) for m, t in zip(s.buffers, (A.indptr, A.indices, A.data)))
+    T = _matrix(rng, "coo", (20, 16), 0.3, np.float64, np.int64)
+    s = build(T, resolve("coo", 2), "T")
+    assert s.fmt.crd_width == 64 and np.shares_memory(s.buffers[1], T.coords[0])
+    D = A.toarray()
+    assert_matches(sc.ops.getitem(A, (slice(3, 11), slice(None, None, 2))).toarray(), D[3:11, ::2])
+    assert_matches(sc.ops.cat([A, A], dim=0).toarray(), np.concatenate([D, D], axis=0))
+    assert_matches(sc.ops.getitem(T, (slice(2, 9), slice(1, 7))).toarray(), T.toarray()[2:9, 1:7])

@@ -69,6 +69,18 @@ def _index_width(fmt: Format, shape, nnz_bound: int) -> int:
     return 32 if big <= INT32_MAX else 64
 
 
+def _resolve_widths(fmt: Format, x, shape) -> Format:
+    """``fmt`` (``x``'s own layout) with unset widths resolved as a kernel call resolves them
+    (docs/formats.md): 64 bits where 32 cannot hold the sizes, else the widths of ``x``'s
+    own index arrays (read as they are), else 32."""
+    if fmt.pos_width is None and _index_width(fmt, shape, x.nnz) == 32:
+        own = own_widths(x, fmt)
+        if own is not None:
+            return fmt.with_widths(own[0], fmt.crd_width or own[1])
+    w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
+    return fmt.with_widths(w, fmt.crd_width or w)
+
+
 def _idx(a: np.ndarray, width: int) -> np.ndarray:
     want = np.int32 if width == 32 else np.int64
     return np.ascontiguousarray(a, dtype=want)
@@ -371,14 +383,12 @@ def _storage(x, fmt: Format, what: str) -> Storage:
             if not x.has_canonical_format:
                 x = x.copy()
                 x.sum_duplicates()    # sorts indices too
-            w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-            f = fmt.with_widths(w, fmt.crd_width or w)
+            f = _resolve_widths(fmt, x, shape)
             lv = [shape[fmt.order[0]], shape[fmt.order[1]]]
             return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                       np.ascontiguousarray(x.data)], lv)
     if _coo_fast(x, fmt):
-        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-        f = fmt.with_widths(w, fmt.crd_width or w)
+        f = _resolve_widths(fmt, x, shape)
         pos = np.array([0, x.nnz], dtype=np.int32 if f.pos_width == 32 else np.int64)
         return Storage(f, shape, [pos] + [_idx(c, f.crd_width) for c in x.coords] + [np.ascontiguousarray(x.data)],
                        list(shape))
@@ -387,8 +397,7 @@ def _storage(x, fmt: Format, what: str) -> Storage:
         if not x.has_canonical_format:
             x = x.copy()
             x.sum_duplicates()
-        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-        f = fmt.with_widths(w, fmt.crd_width or w)
+        f = _resolve_widths(fmt, x, shape)
         R, C = fmt.block
         return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                   np.ascontiguousarray(x.data).reshape(-1)],
