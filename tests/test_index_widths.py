@@ -333,3 +333,19 @@ def test_build_keeps_the_operands_own_widths(rng):
     assert_matches(sc.ops.getitem(A, (slice(3, 11), slice(None, None, 2))).toarray(), D[3:11, ::2])
     assert_matches(sc.ops.cat([A, A], dim=0).toarray(), np.concatenate([D, D], axis=0))
     assert_matches(sc.ops.getitem(T, (slice(2, 9), slice(1, 7))).toarray(), T.toarray()[2:9, 1:7])
+
+
+def test_large_coo_checks_without_a_compiler(rng, monkeypatch):
+    """Where the scan cannot be compiled (an install for ahead-of-time libraries only),
+    NumPy checks large COO operands: still refused with the same message."""
+    from sparsecc.runtime import loader, validate
+    monkeypatch.setattr(validate, "_scan_modules", {})
+
+    def no_compiler(*a, **k):
+        raise sc.CompileError("no compiler here")
+    monkeypatch.setattr(loader, "load_module", no_compiler)
+    T, _ = _big_coo(rng, np.int32)
+    assert validate.coo_scan(T.coords, T.shape) is None
+    T.coords[1][5] = 40
+    with pytest.raises(sc.OperandError, match="coordinate array 1.*index 40"):
+        validate.validate(T, "T")
