@@ -349,3 +349,13 @@ def test_large_coo_checks_without_a_compiler(rng, monkeypatch):
     T.coords[1][5] = 40
     with pytest.raises(sc.OperandError, match="coordinate array 1.*index 40"):
         validate.validate(T, "T")
+
+
+def test_ir_before_and_after_calls_of_each_width(rng):
+    k = sc.compile("ij,j->i")
+    assert "posWidth = 32" in k.ir()                # before any call: 32-bit float64 operands
+    for idx, w in ((np.int64, 64), (np.int32, 32)):
+        A = _matrix(rng, "csr", (10, 8), 0.3, np.float64, idx)
+        x = rng.random(8)
+        assert_matches(k(A, x), A.toarray() @ x)
+        assert f"posWidth = {w}, crdWidth = {w}" in k.ir()
