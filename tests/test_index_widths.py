@@ -352,7 +352,7 @@ def test_large_coo_checks_without_a_compiler(rng, monkeypatch):
 
 
 def test_ir_before_and_after_calls_of_each_width(rng):
-    k = sc.compile("ij,j->i")
+    k = sc.compile("ij,j->i", "csr", "dense")
     assert "posWidth = 32" in k.ir()                # before any call: 32-bit float64 operands
     for idx, w in ((np.int64, 64), (np.int32, 32)):
         A = _matrix(rng, "csr", (10, 8), 0.3, np.float64, idx)
