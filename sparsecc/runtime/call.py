@@ -29,11 +29,12 @@ from ..formats import Format, resolve
 from . import specialization as _spec
 from .loader import STATS, Loaded
 from .memref import ArgPacker, describe as describe_array, specifier
-from .operands import INT32_MAX, as_operand, default_format, loader, nnz_bound
+from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound,
+                       own_widths)
 from .results import result_view, wrap
 from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, huge_dimension, sparse_result_orders, specialize)
-from .validate import check_widths, validate
+from .validate import check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -66,17 +67,19 @@ _DIRECT = frozenset({np.ndarray} | _SPARSE_TYPES | _BSR_TYPES)    # no as_operan
 
 def _key_of(x) -> tuple:
     """What a call plan depends on about operand ``x`` (its kind, never its contents):
-    the type (for SciPy: the format), the value dtype, the rank or block size."""
+    the type (for SciPy: the format), the value dtype, the rank or block size, the index
+    dtypes (they decide the index widths)."""
     t = type(x)
     if t is np.ndarray:
         return t, x.dtype, x.ndim
     if t in _SPARSE_TYPES:
-        return t, x.data.dtype, len(x.shape)
+        return t, x.data.dtype, len(x.shape), index_dtypes(x)
     if t in _BSR_TYPES:
-        return t, x.data.dtype, x.data.shape[1:]
+        return t, x.data.dtype, x.data.shape[1:], index_dtypes(x)
     if isinstance(x, np.ndarray):
         return t, x.dtype, x.ndim
-    return t, x.format, x.dtype, len(x.shape), tuple(x.blocksize) if x.format == "bsr" else None
+    return (t, x.format, x.dtype, len(x.shape), tuple(x.blocksize) if x.format == "bsr" else None,
+            index_dtypes(x))
 
 
 class _CallInfo:
@@ -223,8 +226,11 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
     for name, x, what in zip(ops, values, info.whats):
         dtypes.append(dt.lookup(x.dtype, what).name)
         own, block = default_format(x)
-        spec = self.formats.get(name) or own
-        fmts.append(_resolve_cached(spec, self._ranks[name], what, block))
+        spec = self.formats.get(name)
+        if spec is None and own == "coo" and x.ndim >= 2 and aos_like(x):
+            fmts.append(coo_aos(x.ndim))    # its coordinates are one (nnz, rank) array: read it as is
+            continue
+        fmts.append(_resolve_cached(spec or own, self._ranks[name], what, block))
     fmts = _without_coiterated_blocks(fmts)
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
@@ -267,13 +273,20 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
 
 def operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
     """``f`` with its index widths resolved (a width the format fixes is kept):
-    ``Options.index_width`` if set, else 32 bits where every dimension and the entry
-    count fit in int32.  ``wide``: (a dimension, the entry count) need 64 bits."""
+    ``Options.index_width`` if set; else 64 bits where a dimension or the entry count
+    does not fit in int32; else the widths of the operand's own index arrays where the
+    kernel reads them as they are (int64 SciPy indices are not copied); else 32 bits.
+    ``wide``: (a dimension, the entry count) need 64 bits."""
     want = self.options.index_width
+    crd = None
     if want is None:
-        want = 64 if wide and (wide[0] or wide[1]) else 32
+        if wide and (wide[0] or wide[1]):
+            want = 64
+        else:
+            own = None if f.pos_width or f.crd_width else own_widths(x, f)
+            want, crd = own if own is not None else (32, None)
     # a width the format fixes is kept; an unset crdWidth follows a set posWidth (docs/formats.md)
-    f = f.with_widths(want, f.pos_width or want)
+    f = f.with_widths(want, f.pos_width or crd or want)
     nnz = nnz_bound(x)
     if self.options.index_width == 32 and wide and (
             (f.crd_width == 32 and wide[0]) or (f.pos_width == 32 and wide[1])):
@@ -293,6 +306,7 @@ def call(self, *args, **kwargs):
     # only what follows from the operands' kinds (type, dtype, rank) and widths
     check = self.check
     values, keys, shapes, counts = [], [], [], []
+    orders = None           # (operand, sorted?) where validation's native scan found out
     for x, what in zip(args, info.whats):
         t = type(x)
         if t is np.ndarray:
@@ -303,10 +317,13 @@ def call(self, *args, **kwargs):
                 x = as_operand(x, what)
                 t = type(x)
             if check:
-                validate(x, what)
+                ordered = validate(x, what)
+                if ordered is not None:
+                    orders = (orders or []) + [(x, ordered)]
             if t in _SPARSE_TYPES:
                 data = x.data
-                keys.append((t, data.dtype, len(x.shape)))
+                # the index dtypes: a kernel reads int32 or int64 index arrays as they are
+                keys.append((t, data.dtype, len(x.shape), index_dtypes(x)))
                 counts.append(data.size)
             else:
                 keys.append(_key_of(x))
@@ -327,7 +344,11 @@ def call(self, *args, **kwargs):
     elif plan is None or not plan.current(self):
         plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide, huge)
     comp = self._last = plan.comp
-    operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+    if orders is None:
+        operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
+    else:
+        with known_orders(orders):      # the COO order validation found: not scanned twice
+            operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
     if plan.converts is not None:
         for k, to in enumerate(plan.converts):
             if to is not None:

@@ -8,6 +8,7 @@ own are built here from its coordinates (a conversion of layout, not a computati
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,9 +18,10 @@ import scipy.sparse as sp
 from .. import dtypes as dt
 from ..errors import OperandError, ShapeError
 from ..formats import Format
-from .validate import check_widths
+from .validate import NATIVE_MIN, check_widths, coo_scan, scanned_order
 
 INT32_MAX = np.iinfo(np.int32).max
+_LINEAR_MAX = np.iinfo(np.int64).max       # shapes whose linear indices fit in int64
 _SAME = {"csr": Format.csr(), "csc": Format.csc()}    # SciPy layouts that pass through as they are
 
 
@@ -67,6 +69,18 @@ def _index_width(fmt: Format, shape, nnz_bound: int) -> int:
     return 32 if big <= INT32_MAX else 64
 
 
+def _resolve_widths(fmt: Format, x, shape) -> Format:
+    """``fmt`` (``x``'s own layout) with unset widths resolved as a kernel call resolves them
+    (docs/formats.md): 64 bits where 32 cannot hold the sizes, else the widths of ``x``'s
+    own index arrays (read as they are), else 32."""
+    if fmt.pos_width is None and _index_width(fmt, shape, x.nnz) == 32:
+        own = own_widths(x, fmt)
+        if own is not None:
+            return fmt.with_widths(own[0], fmt.crd_width or own[1])
+    w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
+    return fmt.with_widths(w, fmt.crd_width or w)
+
+
 def _idx(a: np.ndarray, width: int) -> np.ndarray:
     want = np.int32 if width == 32 else np.int64
     return np.ascontiguousarray(a, dtype=want)
@@ -90,13 +104,75 @@ def _coo(rank: int) -> Format:
     return Format.coo(rank)
 
 
+@lru_cache(maxsize=None)
+def coo_aos(rank: int) -> Format:
+    """COO with its coordinates interleaved in one (nnz, rank) buffer (MLIR's array of
+    structs): the layout of a ``coo_array`` whose coordinates are the columns of one array,
+    as ``np.unravel_index`` and ``np.nonzero`` give them."""
+    return Format(("compressed(nonunique)",) + ("singleton(nonunique)",) * (rank - 2) + ("singleton",))
+
+
+def aos_like(x) -> bool:
+    """``x``'s coordinates look like the columns of one C-ordered (nnz, rank) array (a cheap
+    test for the call plan's key; :func:`aos_buffer` checks the addresses)."""
+    coords = x.coords
+    r = len(coords)
+    if r < 2:
+        return False
+    c0 = coords[0]
+    base, step = c0.base, r * c0.itemsize
+    return base is not None and all(type(c) is np.ndarray and c.base is base and c.strides == (step,)
+                                    and c.dtype == c0.dtype for c in coords)
+
+
+def aos_buffer(coords) -> np.ndarray | None:
+    """The coordinates as one flat (nnz * rank) view of the array they are columns of, or
+    None where they are not laid out so."""
+    r = len(coords)
+    c0 = coords[0]
+    s = c0.itemsize
+    n = c0.shape[0]
+    if n == 0 or r < 2:
+        return None
+    p = c0.ctypes.data
+    for k, c in enumerate(coords):
+        if type(c) is not np.ndarray or c.dtype != c0.dtype or c.shape != (n,) or c.strides != (r * s,) \
+                or c.ctypes.data != p + k * s:
+            return None
+    return np.lib.stride_tricks.as_strided(c0, shape=(n * r,), strides=(s,), writeable=False)
+
+
 def is_canonical_coo(x) -> bool:
-    """Sorted, duplicate-free coordinates?  SciPy's flag, or one vectorized O(nnz) pass
-    (a coo_array built from coordinates is flagged non-canonical even when it is)."""
+    """Sorted, duplicate-free coordinates?  SciPy's flag, or one O(nnz) pass: a native
+    scan for large operands (validate's, when it just ran), else NumPy (a coo_array built
+    from coordinates is flagged non-canonical even when it is).  Exact for coordinates in
+    range, which ``validate`` checks first (``check=False`` promises them)."""
     if x.has_canonical_format:
         return True
     if x.nnz < 2:
         return True
+    coords = x.coords
+    if x.nnz >= NATIVE_MIN:
+        # validate() just scanned this operand in this call (check=True), or one native pass now
+        ordered = scanned_order(x)
+        if ordered is None:
+            scan = coo_scan(coords, x.shape)
+            ordered = None if scan is None else scan[1]
+        if ordered is not None:
+            return ordered
+    if len(coords) == 1:
+        c = np.asarray(coords[0])
+        return bool((c[1:] > c[:-1]).all())
+    shape = tuple(int(s) for s in x.shape)
+    if math.prod(shape) <= _LINEAR_MAX and all(np.can_cast(c.dtype, np.int64) for c in coords):
+        # coordinates in range (validate.py checks them first): the row-major linear index
+        # orders entries exactly as the coordinates do, and one int64 array is built in place
+        lin = np.multiply(coords[0], shape[1], dtype=np.int64)
+        for c, n in zip(coords[1:-1], shape[2:]):
+            lin += c
+            lin *= n
+        lin += coords[-1]
+        return bool(np.less(lin[:-1], lin[1:]).all())
     # lexicographic comparison of consecutive coordinates, dimension by dimension
     greater = np.zeros(x.nnz - 1, dtype=bool)
     equal = np.ones(x.nnz - 1, dtype=bool)
@@ -126,9 +202,11 @@ def coalesce(x):
     return out
 
 
-def _is_coo_layout(fmt: Format, rank: int) -> bool:
-    """``fmt`` is sparsecc's COO layout (whatever its index widths)."""
-    c = _coo(rank)
+def _is_coo_layout(fmt: Format, rank: int, aos: bool = False) -> bool:
+    """``fmt`` is sparsecc's COO layout (``aos``: :func:`coo_aos`), whatever its index widths."""
+    if aos and rank < 2:
+        return False
+    c = coo_aos(rank) if aos else _coo(rank)
     return fmt.levels == c.levels and fmt.order == c.order and fmt.block is None
 
 
@@ -151,6 +229,51 @@ def nnz_bound(x) -> int:
         return x.size
     data = x.data
     return data.size if isinstance(data, np.ndarray) else len(data)
+
+
+_WIDTH_OF = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
+
+
+def index_dtypes(x) -> tuple:
+    """The dtypes of a SciPy operand's index arrays (part of a call plan's key: they decide
+    the widths a kernel is compiled for); ``()`` for anything else."""
+    f = getattr(x, "format", None)
+    if f == "coo":
+        return tuple(c.dtype for c in x.coords) + (aos_like(x),)
+    if f in ("csr", "csc", "bsr"):
+        return x.indptr.dtype, x.indices.dtype
+    return ()
+
+
+def own_widths(x, fmt: Format) -> tuple[int, int] | None:
+    """The (position, coordinate) widths at which operand ``x``'s own index arrays pass to a
+    kernel storing it as ``fmt`` without a copy; ``None`` where its buffers are rebuilt
+    anyway (another layout) or its index dtypes are not int32/int64."""
+    if not sp.issparse(x) or fmt.is_dense:
+        return None
+    f = x.format
+    if f == "coo":
+        if not _is_coo_layout(fmt, x.ndim) and not _is_coo_layout(fmt, x.ndim, aos=True):
+            return None
+        ws = {_WIDTH_OF.get(c.dtype) for c in x.coords}
+        if len(ws) != 1 or None in ws:
+            return None
+        w, = ws
+        return w, w                     # the two-entry positions buffer is made per call anyway
+    if f == "csr" and x.ndim == 1:
+        ok = fmt.levels == _COO1.levels
+    elif f in _SAME and x.ndim == 2:
+        own = _SAME[f]
+        ok = fmt.levels == own.levels and fmt.order == own.order and fmt.block is None
+    elif f == "bsr":
+        ok = fmt.block == tuple(x.blocksize) and fmt.levels == ("dense", "compressed", "dense", "dense") \
+            and fmt.order == (0, 1)
+    else:
+        return None
+    if not ok:
+        return None
+    pos, crd = _WIDTH_OF.get(x.indptr.dtype), _WIDTH_OF.get(x.indices.dtype)
+    return None if pos is None or crd is None else (pos, crd)
 
 
 def load_dense(x, fmt: Format, what: str):
@@ -188,6 +311,18 @@ def load_csr1d(x, fmt: Format, what: str):
             [x.shape[0]])
 
 
+def load_coo_aos(x, fmt: Format, what: str):
+    """A canonical COO operand whose coordinates are the columns of one (nnz, rank) array,
+    run as :func:`coo_aos`: that array is the coordinate buffer (no copy)."""
+    coords = x.coords
+    if coords[0].dtype == _INDEX[fmt.crd_width] and is_canonical_coo(x):
+        buf = aos_buffer(coords)
+        if buf is not None:
+            return ([np.array([0, x.nnz], dtype=_INDEX[fmt.pos_width]), buf, np.ascontiguousarray(x.data)],
+                    [int(s) for s in x.shape])
+    return load_any(x, fmt, what)
+
+
 def load_any(x, fmt: Format, what: str):
     s = build(x, fmt, what)
     return s.buffers, s.lvl_sizes
@@ -213,6 +348,8 @@ def loader(x, fmt: Format):
         return load_densified if sp.issparse(x) else load_dense
     if sp.issparse(x) and x.ndim == 1 and x.format == "csr" and fmt.levels == _COO1.levels:
         return load_csr1d
+    if sp.issparse(x) and x.format == "coo" and _is_coo_layout(fmt, x.ndim, aos=True):
+        return load_coo_aos
     if sp.issparse(x) and x.ndim == 2 and fmt.block is None:
         own = _SAME.get(x.format)
         if own is not None and fmt.levels == own.levels and fmt.order == own.order:
@@ -246,14 +383,12 @@ def _storage(x, fmt: Format, what: str) -> Storage:
             if not x.has_canonical_format:
                 x = x.copy()
                 x.sum_duplicates()    # sorts indices too
-            w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-            f = fmt.with_widths(w, fmt.crd_width or w)
+            f = _resolve_widths(fmt, x, shape)
             lv = [shape[fmt.order[0]], shape[fmt.order[1]]]
             return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                       np.ascontiguousarray(x.data)], lv)
     if _coo_fast(x, fmt):
-        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-        f = fmt.with_widths(w, fmt.crd_width or w)
+        f = _resolve_widths(fmt, x, shape)
         pos = np.array([0, x.nnz], dtype=np.int32 if f.pos_width == 32 else np.int64)
         return Storage(f, shape, [pos] + [_idx(c, f.crd_width) for c in x.coords] + [np.ascontiguousarray(x.data)],
                        list(shape))
@@ -262,8 +397,7 @@ def _storage(x, fmt: Format, what: str) -> Storage:
         if not x.has_canonical_format:
             x = x.copy()
             x.sum_duplicates()
-        w = fmt.pos_width or _index_width(fmt, shape, x.nnz)
-        f = fmt.with_widths(w, fmt.crd_width or w)
+        f = _resolve_widths(fmt, x, shape)
         R, C = fmt.block
         return Storage(f, shape, [_idx(x.indptr, f.pos_width), _idx(x.indices, f.crd_width),
                                   np.ascontiguousarray(x.data).reshape(-1)],

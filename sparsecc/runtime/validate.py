@@ -16,6 +16,9 @@ from the arrays (O(nnz)) the first time it is asked and caches.
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -123,10 +126,11 @@ def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> b
     return min(c) >= 0 and max(c) < n_inner
 
 
-def validate(x, what: str) -> None:
+def validate(x, what: str) -> bool | None:
     """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
     read from the operand on every call: nothing is remembered between calls, since arrays
-    can be changed in place at any time."""
+    can be changed in place at any time.  Returns whether a large COO operand's entries are
+    sorted and duplicate-free when its scan found out (else None): see :func:`known_orders`."""
     t = type(x)
     if t is np.ndarray:
         return
@@ -162,7 +166,12 @@ def validate(x, what: str) -> None:
         for k, c in enumerate(coords):
             if c.size != n:
                 raise OperandError(f"{what}: coordinate array {k} has {c.size} entries, data has {n}")
+        scan = coo_scan(coords, shape)      # large operands: one native pass, order included
+        if scan is not None and scan[0]:
+            return scan[1]
+        for k, c in enumerate(coords):      # (the native scan found a bad one: which, where)
             _in_range(c, shape[k], what, f"coordinate array {k} (dimension {k})")
+    return None
 
 
 def check_widths(fmt: Format, shape, nnz: int, what: str) -> None:
@@ -173,3 +182,139 @@ def check_widths(fmt: Format, shape, nnz: int, what: str) -> None:
     if fmt.pos_width == 32 and nnz > INT32_MAX:
         raise OperandError(f"{what}: format {fmt} has 32-bit positions, but {nnz} entries are stored "
                            f"(> 2^31 - 1); use pos_width=64 or leave it unset")
+
+
+# ------------------------------------------------------------- the native COO scan
+#: COO operands with at least this many entries are scanned by a compiled kernel (one pass,
+#: no temporaries); smaller ones by NumPy, which then costs less than the call
+NATIVE_MIN = 1 << 15
+
+_MLIR_INT = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def _scan_mlir(types: tuple[str, ...], strides: tuple[int, ...]) -> str:
+    """A kernel over one coordinate array per dimension (element types ``types``): writes
+    out[0] = 1 if every coordinate is in [0, its dimension's size), out[1] = 1 if the
+    entries are in strictly increasing lexicographic order (sorted, no duplicates).  Each
+    array's stride (in elements) is fixed in the kernel: 1, or the rank for SciPy's views of
+    one (nnz, rank) array (what ``np.unravel_index`` returns)."""
+    r = len(types)
+    mt = [f"memref<?x{t}, strided<[{k}], offset: ?>>" for t, k in zip(types, strides)]
+    args = ["%nnz: index"] + [f"%n{d}: index" for d in range(r)] + \
+        [f"%c{d}: {m}" for d, m in enumerate(mt)] + ["%out: memref<2xi64>"]
+    body = ["  %z = arith.constant 0 : index", "  %one = arith.constant 1 : index",
+            "  %t = arith.constant true", "  %m1 = arith.constant -1 : i64"]
+    body += [f"  %u{d} = arith.index_cast %n{d} : index to i64" for d in range(r)]
+    prev = ", ".join(f"%p{d} = %m1" for d in range(r))
+    body.append(f"  %res:{r + 2} = scf.for %i = %z to %nnz step %one iter_args(%ok = %t, %up = %t, {prev})"
+                f" -> (i1, i1{', i64' * r}) {{")
+    for d, t in enumerate(types):
+        if t == "i64":
+            body.append(f"    %a{d} = memref.load %c{d}[%i] : {mt[d]}")
+        else:
+            body.append(f"    %w{d} = memref.load %c{d}[%i] : {mt[d]}")
+            body.append(f"    %a{d} = arith.extsi %w{d} : {t} to i64")
+        body.append(f"    %in{d} = arith.cmpi ult, %a{d}, %u{d} : i64")      # negative: huge unsigned
+    ok = "%ok"
+    for d in range(r):
+        body.append(f"    %ok{d} = arith.andi {ok}, %in{d} : i1")
+        ok = f"%ok{d}"
+    # greater than the previous entry, from the last dimension back to the first
+    body.append(f"    %g{r - 1} = arith.cmpi sgt, %a{r - 1}, %p{r - 1} : i64")
+    for d in range(r - 2, -1, -1):
+        body += [f"    %gt{d} = arith.cmpi sgt, %a{d}, %p{d} : i64",
+                 f"    %eq{d} = arith.cmpi eq, %a{d}, %p{d} : i64",
+                 f"    %e{d} = arith.andi %eq{d}, %g{d + 1} : i1",
+                 f"    %g{d} = arith.ori %gt{d}, %e{d} : i1"]
+    body.append("    %up1 = arith.andi %up, %g0 : i1")
+    body.append(f"    scf.yield {ok}, %up1, {', '.join(f'%a{d}' for d in range(r))} : i1, i1{', i64' * r}")
+    body.append("  }")
+    body += ["  %f0 = arith.extui %res#0 : i1 to i64", "  %f1 = arith.extui %res#1 : i1 to i64",
+             "  memref.store %f0, %out[%z] : memref<2xi64>", "  memref.store %f1, %out[%one] : memref<2xi64>",
+             "  return"]
+    return ("module {\n func.func @kernel(" + ", ".join(args) + ") attributes {llvm.emit_c_interface} {\n"
+            + "\n".join(body) + "\n }\n}\n")
+
+
+_scan_modules: dict = {}
+_known = threading.local()
+
+
+class known_orders:
+    """``with known_orders([(operand, ordered), ...]):`` - the orders ``validate`` just found
+    for these operand objects, for :func:`scanned_order` (``operands.is_canonical_coo``)
+    while the block runs: a call validates, then loads its operands, with nothing between
+    that could change them; outside the block nothing is remembered."""
+
+    def __init__(self, orders):
+        self.orders = orders
+
+    def __enter__(self):
+        _known.value = self.orders
+
+    def __exit__(self, *exc):
+        _known.value = None
+
+
+def scanned_order(x) -> bool | None:
+    """The order ``validate`` found for operand object ``x`` in this call (None: unknown)."""
+    orders = getattr(_known, "value", None)
+    if orders:
+        for o, ordered in orders:
+            if o is x:
+                return ordered
+    return None
+
+
+def _strided(c: np.ndarray):
+    """The descriptor of a 1-D array with a positive stride (in elements)."""
+    from .memref import descriptor_class
+    d = descriptor_class(1)()
+    d.allocated = d.aligned = c.ctypes.data
+    d.offset = 0
+    d.sizes[0] = c.shape[0]
+    d.strides[0] = c.strides[0] // c.itemsize
+    return d
+
+
+def coo_scan(coords, shape) -> tuple[bool, bool] | None:
+    """(every coordinate in range, strictly increasing order) of a COO operand's coordinate
+    arrays, in one pass of a kernel compiled by sparsecc itself (through ``load_module``,
+    disk-cached like every kernel); ``None`` where NumPy does the checks instead (small,
+    not int32/int64, not contiguous, mismatched lengths)."""
+    if not coords:
+        return None
+    n = coords[0].shape[0] if type(coords[0]) is np.ndarray else 0
+    if n < NATIVE_MIN:
+        return None
+    types, strides = [], []
+    r = len(coords)
+    for c in coords:
+        t = _MLIR_INT.get(c.dtype) if type(c) is np.ndarray else None
+        if t is None or c.ndim != 1 or c.shape[0] != n:
+            return None
+        k = c.strides[0]
+        k = 1 if k == c.itemsize else r if k == r * c.itemsize else 0
+        if not k:
+            return None
+        types.append(t)
+        strides.append(k)
+    key = (tuple(types), tuple(strides))
+    mod = _scan_modules.get(key, False)
+    if mod is False:
+        from .loader import load_module
+        try:
+            mod = load_module(_scan_mlir(*key), what="the COO validation scan")
+        except Exception:       # noqa: BLE001 - no compiler here (an AOT-only install): NumPy checks
+            mod = None
+        _scan_modules[key] = mod
+    if mod is None:
+        return None
+    from .memref import describe
+    out = np.zeros(2, np.int64)
+    keep = [ctypes.c_int64(n)] + [ctypes.c_int64(int(s)) for s in shape] + \
+        [_strided(c) for c in coords] + [describe(out)]
+    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
+    if mod.entry(argv):
+        raise MemoryError("sparsecc: the COO validation scan failed")
+    return bool(out[0]), bool(out[1])
