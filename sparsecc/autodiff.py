@@ -11,7 +11,8 @@ onto ``sk``: an index-notation statement compiled like any kernel (and cached li
   ``P`` (the operand's indices, values 1), so it is an SDDMM evaluated only at the stored
   coordinates - no dense matrix of the operand's shape ever exists.  The result has the
   operand's type (CSR, CSC, COO, BSR), its index arrays and its entry order; stored zeros
-  get their gradient too.
+  get their gradient too.  An uncoalesced COO operand gets one entry per coordinate (its
+  coalesced pattern, sorted), as ``torch.sparse.mm`` gives.
 - **Repeated indices** (``ii->``): the adjoint carries ``where(index(i) == index(i_), ...)``
   for a sparse operand; for a dense operand the gradient over the distinct indices is placed
   on the diagonal of a zero array (NumPy writes it; it computes nothing).
@@ -199,6 +200,11 @@ def _grad_one(kernel, k: int, acc, consts, stmt: Statement, cot, ops: list):
             factors.append(f"where(index({i}) == index({j}), 1, 0)")
         text = f"{_access(_OUT, dims)} = " + " * ".join(factors)
         g = sc.evaluate(text, options=kernel.options, out_format=fmt, **args)
+        if x.format == "coo" and not x.has_canonical_format:
+            # duplicates: one gradient per coordinate, on the coalesced pattern (as torch.sparse.mm)
+            key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
+            x = sp.coo_array((np.zeros(len(key), dt), np.unravel_index(key, x.shape)), shape=x.shape)
+            x.has_canonical_format = True
         return _like(x, _values_on(x, g).astype(dt, copy=False))
     # dense: the gradient over the distinct indices the product binds, then placed
     keep = [i for i in dict.fromkeys(sk) if i in bound]

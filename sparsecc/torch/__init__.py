@@ -185,7 +185,9 @@ def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
         return _tensor(g)
     vals = _tensor(np.asarray(g.data))
     if t.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(t._indices(), vals, t.shape, is_coalesced=t.is_coalesced())
+        if not t.is_coalesced():        # the gradient is on the coalesced pattern (as torch.sparse.mm's)
+            return from_sparsecc(g)
+        return torch.sparse_coo_tensor(t._indices(), vals, t.shape, is_coalesced=True)
     if t.layout == torch.sparse_csr:
         return torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape)
     if t.layout == torch.sparse_csc:
