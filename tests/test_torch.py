@@ -387,3 +387,28 @@ def test_gcn_example_runs():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torch", "gcn.py"), "--epochs", "20"],
                          check=True, capture_output=True, text=True, cwd=ROOT, env=env)
     assert "results match: yes" in out.stdout and "ms per epoch" in out.stdout
+
+
+# ----------------------------------------------------------------------------- torch.compile
+def test_torch_compile_with_graph_breaks_trains_like_eager():
+    A = _dense((6, 6), torch.float64, 20, density=0.4).to_sparse_csr()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2, dtype=torch.float64)
+
+        def forward(self, x):
+            return torch.tanh(sct.einsum("ij,jk->ik", A, self.lin(x))).sum()
+
+    torch.manual_seed(0)
+    m = M()
+    x = torch.randn(6, 3, dtype=torch.float64)
+    eager = m(x)
+    eager.backward()
+    g = m.lin.weight.grad.clone()
+    m.zero_grad()
+    out = torch.compile(m)(x)
+    out.backward()
+    _close(out.detach().numpy(), eager.detach().numpy(), torch.float64)
+    _close(m.lin.weight.grad.numpy(), g.numpy(), torch.float64)

@@ -211,6 +211,12 @@ def _run(kernel, args: list, whats: list):
 
 
 # ------------------------------------------------------------------------------ the API
+def _eager(fn):
+    """Run ``fn`` outside Dynamo: under ``torch.compile`` a sparsecc call is a graph break
+    (its kernel runs eagerly, its autograd Function records as usual)."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
 class TorchKernel:
     """``sct.compile``'s kernel: called on torch tensors like ``sc.compile``'s on arrays.
 
@@ -252,12 +258,14 @@ class TorchKernel:
     def _bind(self, args, kwargs) -> list:
         return self.kernel.bind(*args, **kwargs)
 
+    @_eager
     def __call__(self, *args, **kwargs):
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         self.last = k
         return _run(k, ops, [_what(n) for n in k.stmt.operands])
 
+    @_eager
     def vjp(self, cotangent, *args, **kwargs) -> tuple:
         """Gradients of each operand for the output gradient ``cotangent`` (torch tensors;
         sparse operands' on their pattern), by compiled kernels - without autograd."""
@@ -288,6 +296,7 @@ def compile(expr: str, *formats, options=None, out_format=None, prune: bool = Fa
     return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring)
 
 
+@_eager
 def einsum(subscripts, *operands, formats=None, options=None, out_format=None, prune: bool = False,
            check: bool = True, semiring=None):
     """``sc.einsum`` on torch tensors; differentiable (no ellipsis or size-1 broadcasting then)."""
@@ -318,6 +327,7 @@ def einsum(subscripts, *operands, formats=None, options=None, out_format=None, p
     return k(*operands)
 
 
+@_eager
 def evaluate(statement: str, *positional, formats=None, options=None, out_format=None, prune: bool = False,
              check: bool = True, **operands):
     """``sc.evaluate`` on torch tensors (differentiable for product statements)."""

@@ -45,6 +45,7 @@ def _back(r):
 def _wrap(name):
     fn = getattr(_ops, name)
 
+    @torch.compiler.disable
     @functools.wraps(fn)
     def op(*args, **kwargs):
         from . import sync_threads
