@@ -31,7 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import OperandError, ShapeError, SparseccError
-from .expr import Access, Binary, Const, Reduce, Statement
+from .expr import (BINARY_FUNCTIONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored,
+                   Unary, Where, accesses)
 
 _OUT, _COT, _PAT = "Grad_", "Gcot_", "Ppat_"
 
@@ -40,52 +41,128 @@ class NotDifferentiableError(SparseccError):
     """The kernel's statement has no derivative sparsecc can compile (yet)."""
 
 
-def _factors(stmt: Statement, source: str):
-    """(accesses, constants) of a product statement; NotDifferentiableError otherwise."""
+def _body(stmt: Statement, source: str) -> Expr:
+    """The statement's expression under its root sum; NotDifferentiableError for a root
+    monoid and for operands read more than once."""
     e = stmt.expr
     if isinstance(e, Reduce):
         if e.op != "sum":
             raise NotDifferentiableError(
                 f"'{source}' reduces with the monoid '{e.op}' (a semiring or a stored-only reduction): "
-                f"gradients are defined for sum-of-products kernels only (no backward for semirings yet)")
+                f"no backward for semirings and monoid reductions yet")
         e = e.body
-    acc, consts = [], []
-
-    def flatten(x):
-        if isinstance(x, Binary) and x.op == "*":
-            flatten(x.left)
-            flatten(x.right)
-        elif isinstance(x, Access):
-            acc.append(x)
-        elif isinstance(x, Const) and not isinstance(x.value, (bool, np.bool_)):
-            consts.append(x)
-        else:
-            raise NotDifferentiableError(
-                f"'{source}' is not a product of operands (it holds {type(x).__name__.lower()} nodes): "
-                f"gradients are compiled for einsum-style products only, not yet for sums, functions, "
-                f"where or reductions inside the expression")
-    flatten(e)
-    names = [a.tensor for a in acc]
+    names = [a.tensor for a in accesses(e)]
     if len(set(names)) != len(names):
-        raise NotDifferentiableError(f"'{source}' reads an operand twice: no gradient for that yet "
+        raise NotDifferentiableError(f"'{source}' reads an operand more than once: no gradient for that yet "
                                      f"(pass it as two operands)")
-    return acc, consts
+    return e
 
 
-def _name(op: str, k: int) -> str:
-    return f"X{k}_"
+class _Printer:
+    """Index notation for subtrees of the forward statement, its operands renamed; records
+    the operands and indices it prints."""
+
+    def __init__(self, rename: dict):
+        self.rename, self.names, self.indices = rename, set(), set()
+
+    def __call__(self, e: Expr) -> str:
+        if isinstance(e, Access):
+            n = self.rename[e.tensor]
+            self.names.add(e.tensor)
+            self.indices.update(e.indices)
+            return _access(n, e.indices)
+        if isinstance(e, Const):
+            v = e.value.item() if isinstance(e.value, np.generic) else e.value
+            return f"({v!r})"
+        if isinstance(e, Index):
+            self.indices.add(e.name)
+            return f"index({e.name})"
+        if isinstance(e, Unary):
+            return f"{e.fn}({self(e.arg)})"
+        if isinstance(e, Binary):
+            if e.op in BINARY_FUNCTIONS:
+                return f"{e.op}({self(e.left)}, {self(e.right)})"
+            if e.op in ("and", "or", "xor"):
+                return f"l{e.op}({self(e.left)}, {self(e.right)})"
+            return f"({self(e.left)} {e.op} {self(e.right)})"
+        if isinstance(e, Where):
+            return f"where({self(e.cond)}, {self(e.left)}, {self(e.right)})"
+        if isinstance(e, Stored):
+            return f"stored({self(e.body)})"
+        if isinstance(e, Dense):
+            return f"dense({self(e.body)})"
+        raise NotDifferentiableError(f"no derivative through a nested reduction {e.op}[...] yet")
+
+
+#: d f(X) / dX for the DSL's functions, as a factor in X
+_DERIVATIVES = {
+    "neg": "(-1)", "exp": "exp({x})", "log": "pow({x}, -1.0)", "sqrt": "(0.5 * pow(sqrt({x}), -1.0))",
+    "sin": "cos({x})", "cos": "(-sin({x}))", "tan": "(1 + tan({x}) * tan({x}))",
+    "tanh": "(1 - tanh({x}) * tanh({x}))", "sinh": "(0.5 * (exp({x}) + exp(-{x})))",
+    "asin": "pow(sqrt(1 - {x} * {x}), -1.0)", "atan": "pow(1 + {x} * {x}, -1.0)", "expm1": "exp({x})",
+    "log1p": "pow(1 + {x}, -1.0)", "abs": "where({x} > 0, 1, where({x} < 0, -1, 0))",
+    "ceil": "(0)", "floor": "(0)",
+}
+
+
+def _chain(e: Expr, target: str, show: _Printer, source: str):
+    """The factors (index-notation strings) whose product is d e / d target, or None when
+    ``e`` does not read ``target`` (an operand read once: the chain rule along one path)."""
+    if isinstance(e, Access):
+        return [] if e.tensor == target else None
+    if isinstance(e, (Const, Index)):
+        return None
+    if isinstance(e, Unary):
+        inner = _chain(e.arg, target, show, source)
+        if inner is None:
+            return None
+        return inner + [_DERIVATIVES[e.fn].format(x=show(e.arg))]
+    if isinstance(e, Where):
+        if any(a.tensor == target for a in accesses(e.cond)):
+            return ["(0)"]                  # a condition has no derivative
+        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        if lc is not None:
+            return lc + [f"where({show(e.cond)}, 1, 0)"]
+        if rc is not None:
+            return rc + [f"where({show(e.cond)}, 0, 1)"]
+        return None
+    if isinstance(e, Binary):
+        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        if lc is None and rc is None:
+            return None
+        left = lc is not None
+        op = e.op
+        if op == "+":
+            return lc if left else rc
+        if op == "-":
+            return lc if left else rc + ["(-1)"]
+        if op == "*":
+            return lc + [show(e.right)] if left else rc + [show(e.left)]
+        if op == "/":
+            if left:
+                return lc + [f"pow({show(e.right)}, -1.0)"]
+            return rc + [f"(-{show(e.left)})", f"pow({show(e.right)}, -2.0)"]
+        if op == "pow":
+            L, R = show(e.left), show(e.right)
+            if left:
+                return lc + [R, f"pow({L}, {R} - 1)"]
+            return rc + [f"pow({L}, {R})", f"log({L})"]
+        if op in ("max", "min"):            # ties split evenly, as torch.maximum / torch.minimum
+            L, R = show(e.left), show(e.right)
+            a, b = (L, R) if left else (R, L)
+            cmp = ">" if op == "max" else "<"
+            return (lc if left else rc) + [f"where({a} {cmp} {b}, 1, where({a} == {b}, 0.5, 0))"]
+        raise NotDifferentiableError(f"'{source}': the operator '{op}' has no derivative (comparisons, "
+                                     f"Boolean and structural operators, //, %)")
+    if isinstance(e, Stored):
+        raise NotDifferentiableError(f"'{source}': no derivative through stored(...) yet")
+    if isinstance(e, Dense):
+        raise NotDifferentiableError(f"'{source}': no derivative through dense(...) yet")
+    raise NotDifferentiableError(f"'{source}': no derivative through a nested reduction {e.op}[...] yet")
 
 
 def _access(name: str, idx) -> str:
     return f"{name}[{','.join(idx)}]" if idx else name
-
-
-def _const_text(consts) -> list[str]:
-    out = []
-    for c in consts:
-        v = c.value.item() if isinstance(c.value, np.generic) else c.value
-        out.append(f"({v!r})")
-    return out
 
 
 def _element_coords(x):
@@ -161,18 +238,21 @@ def _like(x, values):
     return out
 
 
-def _grad_one(kernel, k: int, acc, consts, stmt: Statement, cot, ops: list):
-    """The gradient of operand ``k`` (an Access in ``acc``)."""
+def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list):
+    """The gradient of operand ``target``."""
     import sparsecc as sc
-    a = acc[k]
-    x = ops[stmt.operands.index(a.tensor)]
+    pos = stmt.operands.index(target)
+    x = ops[pos]
     sparse = sp.issparse(x)
     shape = np.shape(x) if not sparse else x.shape
-    sk = a.indices
-    others = [(j, b) for j, b in enumerate(acc) if j != k]
-    bound = set(stmt.indices)
-    for _, b in others:
-        bound.update(b.indices)
+    sk = next(a.indices for a in accesses(body) if a.tensor == target)
+    rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
+    show = _Printer(rename)
+    factors = _chain(body, target, show, kernel.source)
+    factors = [_access(_COT, stmt.indices)] + factors
+    bound = set(stmt.indices) | show.indices
+    args = {rename[n]: ops[stmt.operands.index(n)] for n in show.names}
+    args[_COT] = cot
     # the operand's own dimension names: a repeated index gets a fresh name and a delta factor
     dims, delta, seen = [], [], {}
     for d, i in enumerate(sk):
@@ -183,33 +263,27 @@ def _grad_one(kernel, k: int, acc, consts, stmt: Statement, cot, ops: list):
         else:
             seen[i] = i
             dims.append(i)
-    factors, args = [], {}
-    for _, b in others:
-        n = _name(b.tensor, len(args))
-        factors.append(_access(n, b.indices))
-        args[n] = ops[stmt.operands.index(b.tensor)]
-    factors.append(_access(_COT, stmt.indices))
-    args[_COT] = cot
-    factors += _const_text(consts)
     dt = _result_dtype(x)
+
+    def statement(out_idx, fs, names):
+        used = [i for i in dict.fromkeys(list(stmt.indices) + sorted(names)) if i not in out_idx]
+        rhs = " * ".join(fs)
+        return f"{_access(_OUT, out_idx)} = " + (f"sum[{','.join(used)}]({rhs})" if used else rhs)
     if sparse:
         pat, fmt = _pattern(x, dt)
-        factors.insert(0, _access(_PAT, dims))
         args[_PAT] = pat
-        for i, j in delta:
-            factors.append(f"where(index({i}) == index({j}), 1, 0)")
-        text = f"{_access(_OUT, dims)} = " + " * ".join(factors)
-        g = sc.evaluate(text, options=kernel.options, out_format=fmt, **args)
+        fs = [_access(_PAT, dims)] + factors + [f"where(index({i}) == index({j}), 1, 0)" for i, j in delta]
+        g = sc.evaluate(statement(dims, fs, bound | set(dims)), options=kernel.options, out_format=fmt, **args)
         if x.format == "coo" and not x.has_canonical_format:
             # duplicates: one gradient per coordinate, on the coalesced pattern (as torch.sparse.mm)
             key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
             x = sp.coo_array((np.zeros(len(key), dt), np.unravel_index(key, x.shape)), shape=x.shape)
             x.has_canonical_format = True
         return _like(x, _values_on(x, g).astype(dt, copy=False))
-    # dense: the gradient over the distinct indices the product binds, then placed
+    # dense: the gradient over the distinct indices the derivative binds, then placed
     keep = [i for i in dict.fromkeys(sk) if i in bound]
-    text = f"{_access(_OUT, keep)} = " + " * ".join(factors)
-    g = np.asarray(sc.evaluate(text, options=kernel.options, out_format="dense", **args)).astype(dt, copy=False)
+    g = sc.evaluate(statement(keep, factors, bound), options=kernel.options, out_format="dense", **args)
+    g = np.asarray(g).astype(dt, copy=False)
     uniq = list(dict.fromkeys(sk))
     if keep == list(sk):
         return g
@@ -246,7 +320,7 @@ def vjp(kernel, cotangent, *args, wrt=None, **kwargs):
                                      "compile the adjoints with sc.compile")
     stmt = kernel.stmt
     ops = [as_operand(x, f"operand {n}") for x, n in zip(kernel.bind(*args, **kwargs), stmt.operands)]
-    acc, consts = _factors(stmt, kernel.source)
+    body = _body(stmt, kernel.source)
     from .expr import index_sizes
     sizes = index_sizes(stmt, {n: tuple(np.shape(x)) if not sp.issparse(x) else tuple(x.shape)
                                for n, x in zip(stmt.operands, ops)})
@@ -258,9 +332,8 @@ def vjp(kernel, cotangent, *args, wrt=None, **kwargs):
     if not want:
         cotangent = cotangent.toarray()[()] if sp.issparse(cotangent) else cotangent[()]
     grads = [None] * len(stmt.operands)
-    for k, a in enumerate(acc):
-        pos = stmt.operands.index(a.tensor)
+    for pos, name in enumerate(stmt.operands):
         if wrt is not None and pos not in wrt:
             continue
-        grads[pos] = _grad_one(kernel, k, acc, consts, stmt, cotangent, ops)
+        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops)
     return tuple(grads)

@@ -412,3 +412,45 @@ def test_torch_compile_with_graph_breaks_trains_like_eager():
     out.backward()
     _close(out.detach().numpy(), eager.detach().numpy(), torch.float64)
     _close(m.lin.weight.grad.numpy(), g.numpy(), torch.float64)
+
+
+# ----------------------------------------------------------------------------- index notation
+NOTATION = [
+    ("y[i] = exp(A[i,j]) * x[j]", {"A": (4, 5), "x": (5,)}),
+    ("y[i] = tanh(A[i,j] * x[j])", {"A": (4, 5), "x": (5,)}),
+    ("y[i] = sin(u[i]) + log(b[i]) - 2.5 * sqrt(b2[i]) / 3", {"u": (4,), "b": (4,), "b2": (4,)}),
+    ("y[i,j] = max(A[i,j], 0) * pow(w[j], 2)", {"A": (4, 5), "w": (5,)}),
+    ("y[i] = where(u[i] > 0, b[i], atan(b2[i])) * alpha", {"u": (4,), "b": (4,), "b2": (4,), "alpha": ()}),
+    ("s = sum[i,j](log1p(abs(A[i,j])) * expm1(x[j]))", {"A": (4, 5), "x": (5,)}),
+]
+
+
+def _positive(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) + 0.5)
+
+
+@pytest.mark.parametrize("statement,shapes", NOTATION)
+def test_notation_gradients_dense(statement, shapes):
+    ts = [(_positive(s, k) * (1 if k % 2 else -1) if "u" == n else _positive(s, k)).requires_grad_(True)
+          for k, (n, s) in enumerate(shapes.items())]
+    assert torch.autograd.gradcheck(lambda *a: sct.evaluate(statement, *a), ts)
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo", "csc"])
+@pytest.mark.parametrize("statement", ["y[i] = exp(A[i,j]) * x[j]", "y[i] = tanh(A[i,j] * x[j])",
+                                       "s = sum[i,j](log1p(abs(A[i,j])) * expm1(x[j]))"])
+def test_notation_gradients_sparse_masked(statement, layout):
+    A = _sparse_leaf(_dense((4, 5), torch.float64, 21), layout)
+    x = _positive(5, 22).requires_grad_(True)
+    assert _gradcheck(lambda A, x: sct.evaluate(statement, A, x), (A, x))
+
+
+def test_notation_without_a_derivative_is_a_clear_error():
+    A = _sparse_leaf(_dense((3, 3), torch.float64, 23), "csr")
+    y = sct.evaluate("z[i] = max[j](A[i,j])", A=A)
+    with pytest.raises(sc.SparseccError, match="monoid"):
+        y.sum().backward()
+    y = sct.evaluate("z[i] = A[i,j] * A[j,i]", A=A)
+    with pytest.raises(sc.SparseccError, match="more than once"):
+        y.sum().backward()
