@@ -34,28 +34,31 @@ from .errors import OperandError, ShapeError, SparseccError
 from .expr import (BINARY_FUNCTIONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored,
                    Unary, Where, accesses)
 
-_OUT, _COT, _PAT = "Grad_", "Gcot_", "Ppat_"
+_OUT, _COT, _PAT, _RES, _CNT = "Grad_", "Gcot_", "Ppat_", "Res_", "Cnt_"
 
 
 class NotDifferentiableError(SparseccError):
     """The kernel's statement has no derivative sparsecc can compile (yet)."""
 
 
-def _body(stmt: Statement, source: str) -> Expr:
-    """The statement's expression under its root sum; NotDifferentiableError for a root
-    monoid and for operands read more than once."""
-    e = stmt.expr
+def _body(stmt: Statement, source: str):
+    """(the statement's expression under its root reduction, that reduction's monoid: None
+    for a sum, "max" or "min"); NotDifferentiableError for other monoids and for operands
+    read more than once."""
+    e, monoid = stmt.expr, None
     if isinstance(e, Reduce):
-        if e.op != "sum":
+        if e.op in ("max", "min"):
+            monoid = e.op
+        elif e.op != "sum":
             raise NotDifferentiableError(
                 f"'{source}' reduces with the monoid '{e.op}' (a semiring or a stored-only reduction): "
-                f"no backward for semirings and monoid reductions yet")
+                f"no backward for it (sum, max and min have one)")
         e = e.body
     names = [a.tensor for a in accesses(e)]
     if len(set(names)) != len(names):
         raise NotDifferentiableError(f"'{source}' reads an operand more than once: no gradient for that yet "
                                      f"(pass it as two operands)")
-    return e
+    return e, monoid
 
 
 class _Printer:
@@ -238,8 +241,9 @@ def _like(x, values):
     return out
 
 
-def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list):
-    """The gradient of operand ``target``."""
+def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, attained=None):
+    """The gradient of operand ``target``.  ``attained``: for a root max/min, (the result,
+    how many terms attain it), as dense operands."""
     import sparsecc as sc
     pos = stmt.operands.index(target)
     x = ops[pos]
@@ -249,10 +253,17 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list):
     rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
     show = _Printer(rename)
     factors = _chain(body, target, show, kernel.source)
+    if factors is None:
+        factors = ["(0)"]
     factors = [_access(_COT, stmt.indices)] + factors
+    args = {_COT: cot}
+    if attained is not None:
+        # the entries that attain the max/min share its gradient evenly (as torch.amax)
+        factors.append(f"stored(where({show(body)} == {_access(_RES, stmt.indices)}, 1.0, 0.0) / "
+                       f"{_access(_CNT, stmt.indices)})")
+        args[_RES], args[_CNT] = attained
     bound = set(stmt.indices) | show.indices
-    args = {rename[n]: ops[stmt.operands.index(n)] for n in show.names}
-    args[_COT] = cot
+    args.update({rename[n]: ops[stmt.operands.index(n)] for n in show.names})
     # the operand's own dimension names: a repeated index gets a fresh name and a delta factor
     dims, delta, seen = [], [], {}
     for d, i in enumerate(sk):
@@ -305,7 +316,26 @@ def _result_dtype(x):
     return dt
 
 
-def vjp(kernel, cotangent, *args, wrt=None, **kwargs):
+def _attained(kernel, body, stmt: Statement, ops, result):
+    """(the max/min result, the number of terms attaining it) for a root max/min."""
+    import sparsecc as sc
+    if result is None:
+        result = kernel(*ops)
+    if sp.issparse(result):
+        raise NotDifferentiableError(f"'{kernel.source}': no gradient of a max/min reduction with a sparse "
+                                     f"result yet (use a dense result)")
+    result = np.asarray(result)
+    rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
+    show = _Printer(rename)
+    text = (f"{_access(_CNT, stmt.indices)} = plus[{','.join(stmt.expr.indices)}]"
+            f"(where({show(body)} == {_access(_RES, stmt.indices)}, 1, 0))")
+    args = {rename[n]: ops[stmt.operands.index(n)] for n in show.names}
+    args[_RES] = result if stmt.indices else result[()]
+    cnt = sc.evaluate(text, options=kernel.options, out_format="dense", **args)
+    return args[_RES], (np.asarray(cnt) if stmt.indices else np.asarray(cnt)[()])
+
+
+def vjp(kernel, cotangent, *args, wrt=None, result=None, **kwargs):
     """Gradients of ``kernel(*args, **kwargs)`` for the output cotangent ``cotangent``.
 
     Returns a tuple with one gradient per operand, in the kernel's operand order (``None``
@@ -313,14 +343,15 @@ def vjp(kernel, cotangent, *args, wrt=None, **kwargs):
     gradient is a NumPy array of its shape; a sparse operand's is a SciPy array of its type
     over its index arrays (its pattern: stored zeros included).  The cotangent is a NumPy
     array (or a SciPy sparse array) of the result's shape.  For complex operands this is the
-    transpose of the linear map (no conjugation, as JAX's ``vjp``)."""
+    transpose of the linear map (no conjugation, as JAX's ``vjp``).  ``result``: the forward
+    result, for a max/min reduction (computed again if not given)."""
     from .runtime.operands import as_operand
     if getattr(kernel, "_library", None) is not None:
         raise NotDifferentiableError("an ahead-of-time kernel holds only its own specializations; "
                                      "compile the adjoints with sc.compile")
     stmt = kernel.stmt
     ops = [as_operand(x, f"operand {n}") for x, n in zip(kernel.bind(*args, **kwargs), stmt.operands)]
-    body = _body(stmt, kernel.source)
+    body, monoid = _body(stmt, kernel.source)
     from .expr import index_sizes
     sizes = index_sizes(stmt, {n: tuple(np.shape(x)) if not sp.issparse(x) else tuple(x.shape)
                                for n, x in zip(stmt.operands, ops)})
@@ -331,9 +362,12 @@ def vjp(kernel, cotangent, *args, wrt=None, **kwargs):
                          f"got {tuple(cotangent.shape)}")
     if not want:
         cotangent = cotangent.toarray()[()] if sp.issparse(cotangent) else cotangent[()]
+    attained = None
+    if monoid is not None:
+        attained = _attained(kernel, body, stmt, ops, result)
     grads = [None] * len(stmt.operands)
     for pos, name in enumerate(stmt.operands):
         if wrt is not None and pos not in wrt:
             continue
-        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops)
+        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops, attained)
     return tuple(grads)

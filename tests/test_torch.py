@@ -357,9 +357,15 @@ def test_numpy_vjp():
 
 def test_backward_of_a_semiring_is_a_clear_error():
     A = _sparse_leaf(_dense((3, 3), torch.float64, 18), "csr")
-    y = sct.einsum("ij,j->i", A, torch.ones(3, dtype=torch.float64), semiring="min_plus")
-    with pytest.raises(sc.SparseccError, match="semiring"):
+    y = sct.einsum("ij,j->i", A, torch.ones(3, dtype=torch.float64), semiring="times_times")
+    with pytest.raises(sc.SparseccError, match="monoid 'times'"):
         y.sum().backward()
+
+
+def test_min_plus_semiring_gradient():
+    A = _sparse_leaf(_dense((4, 5), torch.float64, 24), "csr")
+    d = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert _gradcheck(lambda A, d: sct.einsum("ij,j->i", A, d, semiring="min_plus"), (A, d))
 
 
 def test_complex_grad_is_refused():
@@ -446,10 +452,41 @@ def test_notation_gradients_sparse_masked(statement, layout):
     assert _gradcheck(lambda A, x: sct.evaluate(statement, A, x), (A, x))
 
 
+@pytest.mark.parametrize("layout", ["strided", "csr", "coo"])
+def test_max_min_reductions_give_the_gradient_to_the_attaining_entries(layout):
+    D = torch.tensor([[1.0, 0.0, 3.0, 3.0], [0.0, 0.0, 0.0, 0.0], [-2.0, 5.0, 0.0, -1.0]], dtype=torch.float64)
+    A = _sparse_leaf(D, layout)
+    w = torch.tensor([1.0, 2.0, 0.5, 0.5], dtype=torch.float64, requires_grad=True)
+    c = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    z = sct.evaluate("z[i] = max[j](A[i,j] * w[j])", A=A, w=w)
+    gA, gw = torch.autograd.grad((z * c).sum(), (A, w))
+    # written out: row 0 ties (1.5 at j=2,3: half each), row 1 has no entry (sparse: no gradient;
+    # dense: every 0 ties, 1/4 each), row 2's max is 10 at j=1
+    want = np.zeros((3, 4))
+    want[0, 2] = want[0, 3] = 0.5 * 0.5 * 1
+    want[2, 1] = 2.0 * 3
+    want_w = np.array([0.0, 5.0 * 3, 0.5 * 1.0 * 3, 0.5 * 1.0 * 3])
+    if layout == "strided":
+        want[1, :] = 0.25 * 2 * np.array([1.0, 2.0, 0.5, 0.5])
+        want_w += 0.25 * 2 * 0.0
+    else:
+        want = want * (D.numpy() != 0)
+    _close(_np_dense(gA), want, torch.float64)
+    _close(gw.numpy(), want_w, torch.float64)
+    m = sct.evaluate("m = min[i,j](A[i,j])", A=A)
+    (gA,) = torch.autograd.grad(m, (A,))
+    want = np.zeros((3, 4))
+    want[2, 0] = 1.0
+    _close(_np_dense(gA), want, torch.float64)
+
+
 def test_notation_without_a_derivative_is_a_clear_error():
     A = _sparse_leaf(_dense((3, 3), torch.float64, 23), "csr")
-    y = sct.evaluate("z[i] = max[j](A[i,j])", A=A)
+    y = sct.evaluate("z[i] = times[j](A[i,j])", A=A)
     with pytest.raises(sc.SparseccError, match="monoid"):
+        y.sum().backward()
+    y = sct.evaluate("z[i] = max[j](A[i,j]) + 1", A=A)
+    with pytest.raises(sc.SparseccError, match="nested reduction"):
         y.sum().backward()
     y = sct.evaluate("z[i] = A[i,j] * A[j,i]", A=A)
     with pytest.raises(sc.SparseccError, match="more than once"):

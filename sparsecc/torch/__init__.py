@@ -165,14 +165,14 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, operands, *tensors):
         ctx.kernel, ctx.operands, ctx.tensors = kernel, operands, tensors
-        out = from_sparsecc(kernel(*operands))
-        return out
+        ctx.result = kernel(*operands)          # kept for a max/min reduction's backward
+        return from_sparsecc(ctx.result)
 
     @staticmethod
     def backward(ctx, gout):
         need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
         cot = to_sparsecc(gout, "the output gradient")
-        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need))
+        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result)
         out = [None, None]
         for k, (t, g) in enumerate(zip(ctx.tensors, grads)):
             out.append(None if g is None or k not in need else _grad_tensor(t, g))
