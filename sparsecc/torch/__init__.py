@@ -25,7 +25,7 @@ from ..formats import Format, resolve
 from ..parse import looks_like_notation, parse_notation
 from ..runtime import threads as _threads
 
-__all__ = ["einsum", "evaluate", "compile", "TorchKernel", "to_sparsecc", "from_sparsecc", "ops",
+__all__ = ["einsum", "evaluate", "compile", "TorchKernel", "to_sparsecc", "from_sparsecc", "ops", "library",
            "sync_threads"]
 
 _DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int32, torch.int64, torch.bool)
@@ -347,3 +347,4 @@ def evaluate(statement: str, *positional, formats=None, options=None, out_format
 
 
 from . import ops  # noqa: E402  (after the helpers it uses)
+from . import library  # noqa: E402,F401  torch.ops.sparsecc.* for torch.compile(fullgraph=True)
