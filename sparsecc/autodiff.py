@@ -67,19 +67,35 @@ class _Printer:
 
     def __init__(self, rename: dict):
         self.rename, self.names, self.indices = rename, set(), set()
+        self._bound: dict = {}          # a nested reduction's indices -> fresh names
+        self._fresh = 0
+
+    def _idx(self, i: str) -> str:
+        return self._bound.get(i, i)
 
     def __call__(self, e: Expr) -> str:
         if isinstance(e, Access):
             n = self.rename[e.tensor]
             self.names.add(e.tensor)
-            self.indices.update(e.indices)
-            return _access(n, e.indices)
+            self.indices.update(i for i in e.indices if i not in self._bound)
+            return _access(n, [self._idx(i) for i in e.indices])
+        if isinstance(e, Reduce):
+            # printed with fresh index names, so that the adjoint's root sum can reuse the originals
+            saved = dict(self._bound)
+            for i in e.indices:
+                self._fresh += 1
+                self._bound[i] = f"{i}_r{self._fresh}_"
+            try:
+                return f"{e.op}[{','.join(self._idx(i) for i in e.indices)}]({self(e.body)})"
+            finally:
+                self._bound = saved
         if isinstance(e, Const):
             v = e.value.item() if isinstance(e.value, np.generic) else e.value
             return f"({v!r})"
         if isinstance(e, Index):
-            self.indices.add(e.name)
-            return f"index({e.name})"
+            if e.name not in self._bound:
+                self.indices.add(e.name)
+            return f"index({self._idx(e.name)})"
         if isinstance(e, Unary):
             return f"{e.fn}({self(e.arg)})"
         if isinstance(e, Binary):
@@ -94,7 +110,7 @@ class _Printer:
             return f"stored({self(e.body)})"
         if isinstance(e, Dense):
             return f"dense({self(e.body)})"
-        raise NotDifferentiableError(f"no derivative through a nested reduction {e.op}[...] yet")
+        raise NotDifferentiableError(f"no derivative through {type(e).__name__} yet")
 
 
 #: d f(X) / dX for the DSL's functions, as a factor in X
@@ -157,6 +173,9 @@ def _chain(e: Expr, target: str, show: _Printer, source: str):
             return (lc if left else rc) + [f"where({a} {cmp} {b}, 1, where({a} == {b}, 0.5, 0))"]
         raise NotDifferentiableError(f"'{source}': the operator '{op}' has no derivative (comparisons, "
                                      f"Boolean and structural operators, //, %)")
+    if isinstance(e, Reduce) and e.op == "sum":
+        # d/dX sum[k](body) = sum[k](d body/dX): the adjoint's root sum covers k
+        return _chain(e.body, target, show, source)
     if isinstance(e, Stored):
         raise NotDifferentiableError(f"'{source}': no derivative through stored(...) yet")
     if isinstance(e, Dense):

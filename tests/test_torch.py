@@ -428,6 +428,10 @@ NOTATION = [
     ("y[i,j] = max(A[i,j], 0) * pow(w[j], 2)", {"A": (4, 5), "w": (5,)}),
     ("y[i] = where(u[i] > 0, b[i], atan(b2[i])) * alpha", {"u": (4,), "b": (4,), "b2": (4,), "alpha": ()}),
     ("s = sum[i,j](log1p(abs(A[i,j])) * expm1(x[j]))", {"A": (4, 5), "x": (5,)}),
+    ("y[i] = sqrt(sum[j](pow(A[i,j], 2))) * b[i] + C[i,k] * x[k]", {"A": (4, 5), "b": (4,), "C": (4, 3),
+                                                                     "x": (3,)}),
+    ("O[i,j] = beta * C[i,j] + alpha * A[i,k] * B[k,j]", {"C": (3, 2), "A": (3, 4), "B": (4, 2), "beta": (),
+                                                          "alpha": ()}),
 ]
 
 
@@ -440,7 +444,7 @@ def _positive(shape, seed):
 def test_notation_gradients_dense(statement, shapes):
     ts = [(_positive(s, k) * (1 if k % 2 else -1) if "u" == n else _positive(s, k)).requires_grad_(True)
           for k, (n, s) in enumerate(shapes.items())]
-    assert torch.autograd.gradcheck(lambda *a: sct.evaluate(statement, *a), ts)
+    assert torch.autograd.gradcheck(lambda *a: sct.evaluate(statement, **dict(zip(shapes, a))), ts)
 
 
 @pytest.mark.parametrize("layout", ["csr", "coo", "csc"])
@@ -486,7 +490,7 @@ def test_notation_without_a_derivative_is_a_clear_error():
     with pytest.raises(sc.SparseccError, match="monoid"):
         y.sum().backward()
     y = sct.evaluate("z[i] = max[j](A[i,j]) + 1", A=A)
-    with pytest.raises(sc.SparseccError, match="nested reduction"):
+    with pytest.raises(sc.SparseccError, match="nested reduction max"):
         y.sum().backward()
     y = sct.evaluate("z[i] = A[i,j] * A[j,i]", A=A)
     with pytest.raises(sc.SparseccError, match="more than once"):
