@@ -169,7 +169,7 @@ def test_ops_on_tensors():
     B = torch.randn(5, 2, dtype=torch.float64)
     _close(sct.ops.mm(D.to_sparse_csr(), B).numpy(), (D @ B).numpy(), torch.float64)
     with pytest.raises(sc.SparseccError, match="no backward"):
-        sct.ops.mm(D.to_sparse_csr().requires_grad_(), B)
+        sct.ops.transpose(D.to_sparse_csr().requires_grad_())
 
 
 # ----------------------------------------------------------------------------- zero-copy
@@ -529,3 +529,36 @@ def test_custom_op_fullgraph_trains_like_eager():
     _close(out.detach().numpy(), want.detach().numpy(), torch.float64)
     _close(m.vals.grad.numpy(), Ad.grad[A.to_dense() != 0].numpy(), torch.float64)
     _close(m.lin.weight.grad.numpy(), lin.weight.grad.numpy(), torch.float64)
+
+
+# ----------------------------------------------------------------------------- ops gradients
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_ops_gradients(layout):
+    A = _sparse_leaf(_dense((4, 5), torch.float64, 26), layout)
+    B = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    C = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert _gradcheck(lambda A, B: sct.ops.mm(A, B), (A, B))
+    assert _gradcheck(lambda A, x: sct.ops.mv(A, x), (A, x))
+    assert _gradcheck(lambda C, A, B: sct.ops.addmm(C, A, B, beta=0.5, alpha=2.0), (C, A, B))
+    assert _gradcheck(lambda A: sct.ops.sum(sct.ops.mul(A, 3.0), dim=1), (A,))
+    U = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    V = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    assert _gradcheck(lambda A, U, V: sct.ops.sampled_addmm(A, U, V, beta=0.5, alpha=2.0), (A, U, V))
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_softmax_gradients_match_torch_sparse(log, dim):
+    D = _dense((4, 5), torch.float64, 27)
+    A1 = D.to_sparse().requires_grad_(True)
+    A2 = D.to_sparse().requires_grad_(True)
+    W = torch.randn(4, 5, dtype=torch.float64)
+    ours = (sct.ops.log_softmax if log else sct.ops.softmax)(A1, dim)
+    theirs = (torch.sparse.log_softmax if log else torch.sparse.softmax)(A2, dim)
+    _close(ours.to_dense().detach().numpy(), theirs.to_dense().detach().numpy(), torch.float64)
+    (gA1,) = torch.autograd.grad((ours.to_dense() * W * (D != 0)).sum(), (A1,))
+    (gA2,) = torch.autograd.grad((theirs.to_dense() * W * (D != 0)).sum(), (A2,))
+    _close(gA1.to_dense().numpy(), gA2.to_dense().numpy(), torch.float64)
+    Dd = D.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda X: (sct.ops.log_softmax if log else sct.ops.softmax)(X, dim), (Dd,))
