@@ -1,10 +1,12 @@
 """Reverse-mode derivatives of sparsecc kernels, computed by other sparsecc kernels.
 
 ``vjp(kernel, cotangent, *operands)`` (also ``Kernel.vjp``) returns the gradient of each
-operand for a kernel whose statement is a *product*: ``out[so] = c * sum(T1[s1] * ... *
-Tn[sn])`` (every einsum without a semiring, and index notation of the same shape).  The
-gradient of operand ``k`` is the product of the cotangent with the other operands, summed
-onto ``sk``: an index-notation statement compiled like any kernel (and cached like one).
+operand.  The gradient of operand ``X`` (read once) is one index-notation statement,
+compiled and cached like any kernel: the cotangent times the chain-rule factors of the path
+from the root to ``X`` (``_chain``: sums, products, scalars, division by scalars, ``pow``,
+``min``/``max``, ``where``, the DSL's functions, sums nested inside), summed at the root
+over every index ``X`` does not have.  A root ``max``/``min`` reduction (or semiring) gives
+the gradient to the terms attaining the result, ties split evenly (a count kernel first).
 
 - **Sparse operands** get a gradient on their own pattern (masked semantics, as
   ``torch.sparse.mm`` and JAX): the adjoint statement is multiplied by a pattern operand
@@ -19,8 +21,8 @@ onto ``sk``: an index-notation statement compiled like any kernel (and cached li
 - **Indices only the operand has** (``ij->i``: ``j`` is summed over ``A`` alone): the
   gradient does not depend on them; a sparse operand's pattern supplies them, a dense
   operand's gradient is a read-only broadcast view (``numpy.broadcast_to``).
-- Semirings, monoid reductions, functions and any other statement raise
-  :class:`~sparsecc.errors.SparseccError` (no derivative yet).
+- Other monoids, operators without a derivative, ``stored``/``dense`` and operands read
+  twice raise :class:`NotDifferentiableError` (a :class:`~sparsecc.errors.SparseccError`).
 
 This module imports no torch; ``sparsecc.torch`` builds its autograd on it.
 """
