@@ -562,3 +562,35 @@ def test_softmax_gradients_match_torch_sparse(log, dim):
     _close(gA1.to_dense().numpy(), gA2.to_dense().numpy(), torch.float64)
     Dd = D.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda X: (sct.ops.log_softmax if log else sct.ops.softmax)(X, dim), (Dd,))
+
+
+# ----------------------------------------------------------------------------- edge cases
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "bsr"])
+@pytest.mark.parametrize("nnz", [0, 1])
+def test_empty_and_single_entry_operands(layout, nnz):
+    D = torch.zeros(4, 6, dtype=torch.float64)
+    if nnz:
+        D[1, 3] = 2.5
+    A = _sparse_leaf(D, layout)
+    B = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(4, 3, dtype=torch.float64)
+    y = sct.einsum("ij,jk->ik", A, B)
+    _close(y.detach().numpy(), (D @ B).detach().numpy(), torch.float64)
+    gA, gB = torch.autograd.grad((y * W).sum(), (A, B))
+    _close(gB.numpy(), (D.T @ W).numpy(), torch.float64)
+    want = (W @ B.detach().T).numpy()
+    mask = _np_dense(_layout(D, layout)) != 0
+    if layout == "bsr" and nnz:
+        mask = np.zeros((4, 6), bool)
+        mask[0:2, 2:4] = True
+    _close(_np_dense(gA), want * mask, torch.float64)
+    assert gA.layout == A.layout
+
+
+def test_operand_modified_in_place_before_backward_is_reported():
+    A = _sparse_leaf(_dense((3, 4), torch.float64, 28), "csr")
+    x = torch.randn(4, dtype=torch.float64)
+    y = sct.einsum("ij,j->i", A, x)
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()

@@ -165,11 +165,14 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, operands, *tensors):
         ctx.kernel, ctx.operands, ctx.tensors = kernel, operands, tensors
+        # saved so that torch reports an operand modified in place before backward
+        ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
         ctx.result = kernel(*operands)          # kept for a max/min reduction's backward
         return from_sparsecc(ctx.result)
 
     @staticmethod
     def backward(ctx, gout):
+        ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
         need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
         cot = to_sparsecc(gout, "the output gradient")
         grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result)
