@@ -138,6 +138,12 @@ class Kernel:
         self._out_cache[k] = got
         return got
 
+    def vjp(self, cotangent, *args, wrt=None, **kwargs) -> tuple:
+        """The gradient of each operand of ``self(*args, **kwargs)`` for the output cotangent,
+        computed by compiled kernels (sparse operands: on their pattern); docs/torch.md."""
+        from ..autodiff import vjp
+        return vjp(self, cotangent, *args, wrt=wrt, **kwargs)
+
     # -------------------------------------------------------------- inspection
     def last_formats(self) -> tuple[Format, ...] | None:
         """The formats the last call's specialization stored its operands in, in operand

@@ -1,0 +1,394 @@
+"""Reverse-mode derivatives of sparsecc kernels, computed by other sparsecc kernels.
+
+``vjp(kernel, cotangent, *operands)`` (also ``Kernel.vjp``) returns the gradient of each
+operand.  The gradient of operand ``X`` (read once) is one index-notation statement,
+compiled and cached like any kernel: the cotangent times the chain-rule factors of the path
+from the root to ``X`` (``_chain``: sums, products, scalars, division by scalars, ``pow``,
+``min``/``max``, ``where``, the DSL's functions, sums nested inside), summed at the root
+over every index ``X`` does not have.  A root ``max``/``min`` reduction (or semiring) gives
+the gradient to the terms attaining the result, ties split evenly (a count kernel first).
+
+- **Sparse operands** get a gradient on their own pattern (masked semantics, as
+  ``torch.sparse.mm`` and JAX): the adjoint statement is multiplied by a pattern operand
+  ``P`` (the operand's indices, values 1), so it is an SDDMM evaluated only at the stored
+  coordinates - no dense matrix of the operand's shape ever exists.  The result has the
+  operand's type (CSR, CSC, COO, BSR), its index arrays and its entry order; stored zeros
+  get their gradient too.  An uncoalesced COO operand gets one entry per coordinate (its
+  coalesced pattern, sorted), as ``torch.sparse.mm`` gives.
+- **Repeated indices** (``ii->``): the adjoint carries ``where(index(i) == index(i_), ...)``
+  for a sparse operand; for a dense operand the gradient over the distinct indices is placed
+  on the diagonal of a zero array (NumPy writes it; it computes nothing).
+- **Indices only the operand has** (``ij->i``: ``j`` is summed over ``A`` alone): the
+  gradient does not depend on them; a sparse operand's pattern supplies them, a dense
+  operand's gradient is a read-only broadcast view (``numpy.broadcast_to``).
+- Other monoids, operators without a derivative, ``stored``/``dense`` and operands read
+  twice raise :class:`NotDifferentiableError` (a :class:`~sparsecc.errors.SparseccError`).
+
+This module imports no torch; ``sparsecc.torch`` builds its autograd on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import OperandError, ShapeError, SparseccError
+from .expr import (BINARY_FUNCTIONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored,
+                   Unary, Where, accesses)
+
+_OUT, _COT, _PAT, _RES, _CNT = "Grad_", "Gcot_", "Ppat_", "Res_", "Cnt_"
+
+
+class NotDifferentiableError(SparseccError):
+    """The kernel's statement has no derivative sparsecc can compile (yet)."""
+
+
+def _body(stmt: Statement, source: str):
+    """(the statement's expression under its root reduction, that reduction's monoid: None
+    for a sum, "max" or "min"); NotDifferentiableError for other monoids and for operands
+    read more than once."""
+    e, monoid = stmt.expr, None
+    if isinstance(e, Reduce):
+        if e.op in ("max", "min"):
+            monoid = e.op
+        elif e.op != "sum":
+            raise NotDifferentiableError(
+                f"'{source}' reduces with the monoid '{e.op}' (a semiring or a stored-only reduction): "
+                f"no backward for it (sum, max and min have one)")
+        e = e.body
+    names = [a.tensor for a in accesses(e)]
+    if len(set(names)) != len(names):
+        raise NotDifferentiableError(f"'{source}' reads an operand more than once: no gradient for that yet "
+                                     f"(pass it as two operands)")
+    return e, monoid
+
+
+class _Printer:
+    """Index notation for subtrees of the forward statement, its operands renamed; records
+    the operands and indices it prints."""
+
+    def __init__(self, rename: dict):
+        self.rename, self.names, self.indices = rename, set(), set()
+        self._bound: dict = {}          # a nested reduction's indices -> fresh names
+        self._fresh = 0
+
+    def _idx(self, i: str) -> str:
+        return self._bound.get(i, i)
+
+    def __call__(self, e: Expr) -> str:
+        if isinstance(e, Access):
+            n = self.rename[e.tensor]
+            self.names.add(e.tensor)
+            self.indices.update(i for i in e.indices if i not in self._bound)
+            return _access(n, [self._idx(i) for i in e.indices])
+        if isinstance(e, Reduce):
+            # printed with fresh index names, so that the adjoint's root sum can reuse the originals
+            saved = dict(self._bound)
+            for i in e.indices:
+                self._fresh += 1
+                self._bound[i] = f"{i}_r{self._fresh}_"
+            try:
+                return f"{e.op}[{','.join(self._idx(i) for i in e.indices)}]({self(e.body)})"
+            finally:
+                self._bound = saved
+        if isinstance(e, Const):
+            v = e.value.item() if isinstance(e.value, np.generic) else e.value
+            return f"({v!r})"
+        if isinstance(e, Index):
+            if e.name not in self._bound:
+                self.indices.add(e.name)
+            return f"index({self._idx(e.name)})"
+        if isinstance(e, Unary):
+            return f"{e.fn}({self(e.arg)})"
+        if isinstance(e, Binary):
+            if e.op in BINARY_FUNCTIONS:
+                return f"{e.op}({self(e.left)}, {self(e.right)})"
+            if e.op in ("and", "or", "xor"):
+                return f"l{e.op}({self(e.left)}, {self(e.right)})"
+            return f"({self(e.left)} {e.op} {self(e.right)})"
+        if isinstance(e, Where):
+            return f"where({self(e.cond)}, {self(e.left)}, {self(e.right)})"
+        if isinstance(e, Stored):
+            return f"stored({self(e.body)})"
+        if isinstance(e, Dense):
+            return f"dense({self(e.body)})"
+        raise NotDifferentiableError(f"no derivative through {type(e).__name__} yet")
+
+
+#: d f(X) / dX for the DSL's functions, as a factor in X
+_DERIVATIVES = {
+    "neg": "(-1)", "exp": "exp({x})", "log": "pow({x}, -1.0)", "sqrt": "(0.5 * pow(sqrt({x}), -1.0))",
+    "sin": "cos({x})", "cos": "(-sin({x}))", "tan": "(1 + tan({x}) * tan({x}))",
+    "tanh": "(1 - tanh({x}) * tanh({x}))", "sinh": "(0.5 * (exp({x}) + exp(-{x})))",
+    "asin": "pow(sqrt(1 - {x} * {x}), -1.0)", "atan": "pow(1 + {x} * {x}, -1.0)", "expm1": "exp({x})",
+    "log1p": "pow(1 + {x}, -1.0)", "abs": "where({x} > 0, 1, where({x} < 0, -1, 0))",
+    "ceil": "(0)", "floor": "(0)",
+}
+
+
+def _chain(e: Expr, target: str, show: _Printer, source: str):
+    """The factors (index-notation strings) whose product is d e / d target, or None when
+    ``e`` does not read ``target`` (an operand read once: the chain rule along one path)."""
+    if isinstance(e, Access):
+        return [] if e.tensor == target else None
+    if isinstance(e, (Const, Index)):
+        return None
+    if isinstance(e, Unary):
+        inner = _chain(e.arg, target, show, source)
+        if inner is None:
+            return None
+        return inner + [_DERIVATIVES[e.fn].format(x=show(e.arg))]
+    if isinstance(e, Where):
+        if any(a.tensor == target for a in accesses(e.cond)):
+            return ["(0)"]                  # a condition has no derivative
+        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        if lc is not None:
+            return lc + [f"where({show(e.cond)}, 1, 0)"]
+        if rc is not None:
+            return rc + [f"where({show(e.cond)}, 0, 1)"]
+        return None
+    if isinstance(e, Binary):
+        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        if lc is None and rc is None:
+            return None
+        left = lc is not None
+        op = e.op
+        if op == "+":
+            return lc if left else rc
+        if op == "-":
+            return lc if left else rc + ["(-1)"]
+        if op == "*":
+            return lc + [show(e.right)] if left else rc + [show(e.left)]
+        if op == "/":
+            if left:
+                return lc + [f"pow({show(e.right)}, -1.0)"]
+            return rc + [f"(-{show(e.left)})", f"pow({show(e.right)}, -2.0)"]
+        if op == "pow":
+            L, R = show(e.left), show(e.right)
+            if left:
+                return lc + [R, f"pow({L}, {R} - 1)"]
+            return rc + [f"pow({L}, {R})", f"log({L})"]
+        if op in ("max", "min"):            # ties split evenly, as torch.maximum / torch.minimum
+            L, R = show(e.left), show(e.right)
+            a, b = (L, R) if left else (R, L)
+            cmp = ">" if op == "max" else "<"
+            return (lc if left else rc) + [f"where({a} {cmp} {b}, 1, where({a} == {b}, 0.5, 0))"]
+        raise NotDifferentiableError(f"'{source}': the operator '{op}' has no derivative (comparisons, "
+                                     f"Boolean and structural operators, //, %)")
+    if isinstance(e, Reduce) and e.op == "sum":
+        # d/dX sum[k](body) = sum[k](d body/dX): the adjoint's root sum covers k
+        return _chain(e.body, target, show, source)
+    if isinstance(e, Stored):
+        raise NotDifferentiableError(f"'{source}': no derivative through stored(...) yet")
+    if isinstance(e, Dense):
+        raise NotDifferentiableError(f"'{source}': no derivative through dense(...) yet")
+    raise NotDifferentiableError(f"'{source}': no derivative through a nested reduction {e.op}[...] yet")
+
+
+def _access(name: str, idx) -> str:
+    return f"{name}[{','.join(idx)}]" if idx else name
+
+
+def _element_coords(x):
+    """Coordinates of each stored element of sparse ``x`` in its storage order (one array per
+    dimension; for BSR, block by block, each block row-major)."""
+    f = x.format
+    if f == "coo":
+        return tuple(np.asarray(c) for c in x.coords)
+    if f in ("csr", "csc"):
+        major = np.repeat(np.arange(len(x.indptr) - 1, dtype=np.int64), np.diff(x.indptr))
+        minor = np.asarray(x.indices, dtype=np.int64)
+        return (major, minor) if f == "csr" else (minor, major)
+    if f == "bsr":
+        R, C = x.blocksize
+        brow = np.repeat(np.arange(len(x.indptr) - 1, dtype=np.int64), np.diff(x.indptr))
+        bcol = np.asarray(x.indices, dtype=np.int64)
+        r = (brow[:, None, None] * R + np.arange(R)[None, :, None]) + np.zeros((1, 1, C), np.int64)
+        c = (bcol[:, None, None] * C + np.arange(C)[None, None, :]) + np.zeros((1, R, 1), np.int64)
+        return r.reshape(-1), c.reshape(-1)
+    raise OperandError(f"no gradient for a sparse operand in format {f!r} yet")
+
+
+def _pattern(x, dtype):
+    """A pattern operand (values 1) with ``x``'s stored coordinates, and the result format
+    the sampled adjoint is built in."""
+    f = x.format
+    if f in ("csr", "csc"):
+        cls = sp.csr_array if f == "csr" else sp.csc_array
+        return cls((np.ones(len(x.indices), dtype), x.indices, x.indptr), shape=x.shape), f
+    coords = _element_coords(x)
+    if len(coords) == 2:      # COO and BSR: the coalesced element pattern, row-wise
+        key = np.unique(np.ravel_multi_index(coords, x.shape))
+        r, c = np.unravel_index(key, x.shape)
+        indptr = np.searchsorted(r, np.arange(x.shape[0] + 1)).astype(np.int64)
+        return sp.csr_array((np.ones(len(key), dtype), c.astype(np.int64), indptr), shape=x.shape), "csr"
+    key = np.unique(np.ravel_multi_index(coords, x.shape))
+    p = sp.coo_array((np.ones(len(key), dtype), np.unravel_index(key, x.shape)), shape=x.shape)
+    p.has_canonical_format = True
+    return p, "coo"
+
+
+def _values_on(x, g):
+    """The values of sparse result ``g`` at every stored element of ``x``, in ``x``'s order
+    and shape of ``x.data`` (0 where ``g`` stores nothing).  Only moves values."""
+    if g.format == x.format and g.format in ("csr", "csc") and np.array_equal(g.indptr, x.indptr) \
+            and np.array_equal(g.indices, x.indices):
+        return np.asarray(g.data)
+    want = np.ravel_multi_index(_element_coords(x), x.shape) if x.nnz else np.zeros(0, np.int64)
+    have = np.ravel_multi_index(_element_coords(g), g.shape) if g.nnz else np.zeros(0, np.int64)
+    vals = np.asarray(g.data).reshape(-1)
+    if len(have) > 1 and np.any(have[1:] < have[:-1]):
+        order = np.argsort(have, kind="stable")
+        have, vals = have[order], vals[order]
+    out = np.zeros(len(want), vals.dtype if len(vals) else np.asarray(g.data).dtype)
+    if len(have):
+        pos = np.minimum(np.searchsorted(have, want), len(have) - 1)
+        hit = have[pos] == want
+        out[hit] = vals[pos[hit]]
+    return out.reshape(np.shape(x.data))
+
+
+def _like(x, values):
+    """A sparse array of ``x``'s type over ``x``'s index arrays holding ``values``."""
+    f = x.format
+    if f == "csr":
+        return sp.csr_array((values, x.indices, x.indptr), shape=x.shape)
+    if f == "csc":
+        return sp.csc_array((values, x.indices, x.indptr), shape=x.shape)
+    if f == "bsr":
+        return sp.bsr_array((values, x.indices, x.indptr), shape=x.shape)
+    out = sp.coo_array((values, tuple(x.coords)), shape=x.shape)
+    out.has_canonical_format = bool(x.has_canonical_format)
+    return out
+
+
+def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, attained=None):
+    """The gradient of operand ``target``.  ``attained``: for a root max/min, (the result,
+    how many terms attain it), as dense operands."""
+    import sparsecc as sc
+    pos = stmt.operands.index(target)
+    x = ops[pos]
+    sparse = sp.issparse(x)
+    shape = np.shape(x) if not sparse else x.shape
+    sk = next(a.indices for a in accesses(body) if a.tensor == target)
+    rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
+    show = _Printer(rename)
+    factors = _chain(body, target, show, kernel.source)
+    if factors is None:
+        factors = ["(0)"]
+    factors = [_access(_COT, stmt.indices)] + factors
+    args = {_COT: cot}
+    if attained is not None:
+        # the entries that attain the max/min share its gradient evenly (as torch.amax)
+        factors.append(f"stored(where({show(body)} == {_access(_RES, stmt.indices)}, 1.0, 0.0) / "
+                       f"{_access(_CNT, stmt.indices)})")
+        args[_RES], args[_CNT] = attained
+    bound = set(stmt.indices) | show.indices
+    args.update({rename[n]: ops[stmt.operands.index(n)] for n in show.names})
+    # the operand's own dimension names: a repeated index gets a fresh name and a delta factor
+    dims, delta, seen = [], [], {}
+    for d, i in enumerate(sk):
+        if i in seen:
+            fresh = f"{i}_{d}_"
+            dims.append(fresh)
+            delta.append((seen[i], fresh))
+        else:
+            seen[i] = i
+            dims.append(i)
+    dt = _result_dtype(x)
+
+    def statement(out_idx, fs, names):
+        used = [i for i in dict.fromkeys(list(stmt.indices) + sorted(names)) if i not in out_idx]
+        rhs = " * ".join(fs)
+        return f"{_access(_OUT, out_idx)} = " + (f"sum[{','.join(used)}]({rhs})" if used else rhs)
+    if sparse:
+        pat, fmt = _pattern(x, dt)
+        args[_PAT] = pat
+        fs = [_access(_PAT, dims)] + factors + [f"where(index({i}) == index({j}), 1, 0)" for i, j in delta]
+        g = sc.evaluate(statement(dims, fs, bound | set(dims)), options=kernel.options, out_format=fmt, **args)
+        if x.format == "coo" and not x.has_canonical_format:
+            # duplicates: one gradient per coordinate, on the coalesced pattern (as torch.sparse.mm)
+            key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
+            x = sp.coo_array((np.zeros(len(key), dt), np.unravel_index(key, x.shape)), shape=x.shape)
+            x.has_canonical_format = True
+        return _like(x, _values_on(x, g).astype(dt, copy=False))
+    # dense: the gradient over the distinct indices the derivative binds, then placed
+    keep = [i for i in dict.fromkeys(sk) if i in bound]
+    g = sc.evaluate(statement(keep, factors, bound), options=kernel.options, out_format="dense", **args)
+    g = np.asarray(g).astype(dt, copy=False)
+    uniq = list(dict.fromkeys(sk))
+    if keep == list(sk):
+        return g
+    if keep != uniq:            # indices only the operand has: the gradient is constant along them
+        g = g.reshape([shape[sk.index(i)] if i in keep else 1 for i in uniq])
+        g = np.broadcast_to(g, [shape[sk.index(i)] for i in uniq])
+    if len(uniq) == len(sk):
+        return g
+    out = np.zeros(shape, dt)
+    letters = {i: chr(ord("a") + n) for n, i in enumerate(uniq)}
+    np.einsum(f"{''.join(letters[i] for i in sk)}->{''.join(letters[i] for i in uniq)}", out)[...] = g
+    return out
+
+
+def _result_dtype(x):
+    dt = np.dtype(x.dtype)
+    if dt.kind not in "fc":
+        raise NotDifferentiableError(f"gradients are for floating-point and complex operands, got {dt}")
+    return dt
+
+
+def _attained(kernel, body, stmt: Statement, ops, result):
+    """(the max/min result, the number of terms attaining it) for a root max/min."""
+    import sparsecc as sc
+    if result is None:
+        result = kernel(*ops)
+    if sp.issparse(result):
+        raise NotDifferentiableError(f"'{kernel.source}': no gradient of a max/min reduction with a sparse "
+                                     f"result yet (use a dense result)")
+    result = np.asarray(result)
+    rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
+    show = _Printer(rename)
+    text = (f"{_access(_CNT, stmt.indices)} = plus[{','.join(stmt.expr.indices)}]"
+            f"(where({show(body)} == {_access(_RES, stmt.indices)}, 1, 0))")
+    args = {rename[n]: ops[stmt.operands.index(n)] for n in show.names}
+    args[_RES] = result if stmt.indices else result[()]
+    cnt = sc.evaluate(text, options=kernel.options, out_format="dense", **args)
+    return args[_RES], (np.asarray(cnt) if stmt.indices else np.asarray(cnt)[()])
+
+
+def vjp(kernel, cotangent, *args, wrt=None, result=None, **kwargs):
+    """Gradients of ``kernel(*args, **kwargs)`` for the output cotangent ``cotangent``.
+
+    Returns a tuple with one gradient per operand, in the kernel's operand order (``None``
+    for operands not in ``wrt``, a collection of operand positions).  A dense operand's
+    gradient is a NumPy array of its shape; a sparse operand's is a SciPy array of its type
+    over its index arrays (its pattern: stored zeros included).  The cotangent is a NumPy
+    array (or a SciPy sparse array) of the result's shape.  For complex operands this is the
+    transpose of the linear map (no conjugation, as JAX's ``vjp``).  ``result``: the forward
+    result, for a max/min reduction (computed again if not given)."""
+    from .runtime.operands import as_operand
+    if getattr(kernel, "_library", None) is not None:
+        raise NotDifferentiableError("an ahead-of-time kernel holds only its own specializations; "
+                                     "compile the adjoints with sc.compile")
+    stmt = kernel.stmt
+    ops = [as_operand(x, f"operand {n}") for x, n in zip(kernel.bind(*args, **kwargs), stmt.operands)]
+    body, monoid = _body(stmt, kernel.source)
+    from .expr import index_sizes
+    sizes = index_sizes(stmt, {n: tuple(np.shape(x)) if not sp.issparse(x) else tuple(x.shape)
+                               for n, x in zip(stmt.operands, ops)})
+    want = tuple(sizes[i] for i in stmt.indices)
+    cotangent = as_operand(cotangent, "the cotangent")
+    if tuple(cotangent.shape) != want:
+        raise ShapeError(f"the cotangent of '{kernel.source}' must have the result's shape {want}, "
+                         f"got {tuple(cotangent.shape)}")
+    if not want:
+        cotangent = cotangent.toarray()[()] if sp.issparse(cotangent) else cotangent[()]
+    attained = None
+    if monoid is not None:
+        attained = _attained(kernel, body, stmt, ops, result)
+    grads = [None] * len(stmt.operands)
+    for pos, name in enumerate(stmt.operands):
+        if wrt is not None and pos not in wrt:
+            continue
+        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops, attained)
+    return tuple(grads)

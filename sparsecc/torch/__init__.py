@@ -1,0 +1,364 @@
+"""``sparsecc.torch``: sparsecc on torch tensors, with autograd through compiled kernels.
+
+``sct.einsum``, ``sct.evaluate`` and ``sct.compile`` take the arguments of ``sc.einsum``,
+``sc.evaluate`` and ``sc.compile`` (formats, ``options``, ``out_format``, ``prune``,
+``check``, ``semiring``) and torch tensors on the CPU: strided, and the sparse layouts COO
+(coalesced or not), CSR, CSC and BSR.  Each tensor goes in over its own memory (the NumPy /
+SciPy view of its buffers, int32 or int64 indices as they are); results come back as torch
+tensors over the kernel's buffers.  Backward runs compiled adjoint kernels
+(:mod:`sparsecc.autodiff`): a sparse operand's gradient lives on its pattern.  Reference:
+docs/torch.md.  ``import sparsecc`` never imports this module (nor torch).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+import sparsecc as sc
+from .. import autodiff
+from ..errors import DTypeError, FormatError, OperandError, SparseccError
+from ..formats import Format, resolve
+from ..parse import looks_like_notation, parse_notation
+from ..runtime import threads as _threads
+
+__all__ = ["einsum", "evaluate", "compile", "TorchKernel", "to_sparsecc", "from_sparsecc", "ops", "library",
+           "sync_threads"]
+
+_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128, torch.int32, torch.int64, torch.bool)
+_LAYOUT_NAMES = {torch.sparse_coo: "coo", torch.sparse_csr: "csr", torch.sparse_csc: "csc",
+                 torch.sparse_bsr: "bsr"}
+
+
+# ----------------------------------------------------------------------------------- threads
+_last_set = [None]      # the count this module last gave sc.set_num_threads (None: never)
+
+
+def _default_threads() -> int:
+    """sparsecc's default count (all the CPUs this process may use), as runtime/threads.py sets it."""
+    cores = getattr(_threads, "_cores", None)
+    if cores is not None:
+        return cores()
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def sync_threads() -> None:
+    """Make sparsecc's thread count follow ``torch.get_num_threads()``, unless the user chose
+    one (``SPARSECC_NUM_THREADS``, or ``sc.set_num_threads`` to a count this module did not
+    set).  Every ``sct`` call runs it first."""
+    if os.environ.get("SPARSECC_NUM_THREADS", "").strip():
+        return
+    cur = sc.get_num_threads()
+    ours = _last_set[0] if _last_set[0] is not None else _default_threads()
+    if cur != ours:
+        return                  # the user set it: theirs wins
+    n = torch.get_num_threads()
+    if n != cur:
+        sc.set_num_threads(n)
+    _last_set[0] = n
+
+
+# ------------------------------------------------------------------------ tensors in and out
+def _check_tensor(t: torch.Tensor, what: str) -> None:
+    if t.device.type != "cpu":
+        raise OperandError(f"{what} is on {t.device}: sparsecc.torch runs on CPU tensors only "
+                           f"(the GPU target does not exist yet); move it with .cpu()")
+    if t.dtype not in _DTYPES:
+        raise DTypeError(f"{what} has dtype {t.dtype}; sparsecc.torch takes float32, float64, complex64, "
+                         f"complex128, int32, int64 and bool (convert float16/bfloat16 with .float())")
+    if t.layout not in _LAYOUT_NAMES and t.layout != torch.strided:
+        raise FormatError(f"{what} has layout {t.layout}; sparsecc.torch takes strided, sparse_coo, "
+                          f"sparse_csr, sparse_csc and sparse_bsr tensors")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """The NumPy view of a CPU tensor (a copy only for a non-contiguous, conjugated or
+    negated view)."""
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy()
+
+
+def to_sparsecc(t, what: str = "operand"):
+    """The NumPy array or SciPy sparse array sparsecc takes for torch tensor ``t``, over the
+    same memory (anything that is not a tensor is returned as it is)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    _check_tensor(t, what)
+    t = t.detach()
+    lay = t.layout
+    if lay == torch.strided:
+        return _np(t)
+    if t.dense_dim() != 0 or (lay != torch.sparse_coo and t.dim() != 2):
+        raise FormatError(f"{what} is a hybrid or batched sparse tensor (sparse_dim {t.sparse_dim()}, "
+                          f"dense_dim {t.dense_dim()}, shape {tuple(t.shape)}); sparsecc.torch takes "
+                          f"matrices (COO: any rank) without dense dimensions")
+    shape = tuple(t.shape)
+    if lay == torch.sparse_coo:
+        idx = _np(t._indices())
+        out = sp.coo_array((_np(t._values()), tuple(idx)), shape=shape)
+        out.has_canonical_format = bool(t.is_coalesced())
+        return out
+    if lay == torch.sparse_csr:
+        return sp.csr_array((_np(t.values()), _np(t.col_indices()), _np(t.crow_indices())), shape=shape,
+                            copy=False)
+    if lay == torch.sparse_csc:
+        return sp.csc_array((_np(t.values()), _np(t.row_indices()), _np(t.ccol_indices())), shape=shape,
+                            copy=False)
+    return sp.bsr_array((_np(t.values()), _np(t.col_indices()), _np(t.crow_indices())), shape=shape,
+                        copy=False)
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    a = np.asarray(a)
+    if not a.flags.writeable:
+        a = a.copy()            # a broadcast view: torch tensors are writable
+    return torch.from_numpy(a)
+
+
+def from_sparsecc(x) -> torch.Tensor:
+    """A torch tensor over the buffers of sparsecc result ``x``: a NumPy array (or scalar) as a
+    strided tensor; a SciPy csr/csc/bsr array as that sparse layout; a coo_array as sparse COO
+    (its coordinates stacked into torch's one int64 index tensor: a copy)."""
+    if not sp.issparse(x):
+        return _tensor(x)
+    shape = tuple(x.shape)
+    f = x.format
+    if f == "csr":
+        return torch.sparse_csr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+    if f == "csc":
+        return torch.sparse_csc_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+    if f == "bsr":
+        return torch.sparse_bsr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+    x = x if f == "coo" else x.tocoo()
+    idx = torch.from_numpy(np.stack([np.asarray(c, np.int64) for c in x.coords]) if x.ndim
+                           else np.zeros((0, x.nnz), np.int64))
+    return torch.sparse_coo_tensor(idx, _tensor(x.data), shape, is_coalesced=bool(x.has_canonical_format))
+
+
+def _width_format(t, spec):
+    """A format fixing the index widths of sparse tensor ``t`` (so int64 indices stay int64),
+    when the user gave none or named ``t``'s own layout; else ``spec`` unchanged."""
+    if not isinstance(t, torch.Tensor) or t.layout not in _LAYOUT_NAMES:
+        return spec
+    name = _LAYOUT_NAMES[t.layout]
+    if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == name):
+        return spec
+    if t.layout == torch.sparse_coo:
+        w = 64                                  # torch COO indices are int64
+        fmt = resolve("coo", t.dim())
+    else:
+        ptr = t.ccol_indices() if t.layout == torch.sparse_csc else t.crow_indices()
+        w = 64 if ptr.dtype == torch.int64 else 32
+        if t.layout == torch.sparse_bsr:
+            r, c = t.values().shape[-2:]
+            fmt = resolve(f"bsr{r}x{c}", 2)
+        else:
+            fmt = resolve(name, 2)
+    return fmt.with_widths(w, w)
+
+
+# ------------------------------------------------------------------------------- autograd
+class _Apply(torch.autograd.Function):
+    """One sparsecc kernel call; backward: its compiled adjoints (sparsecc.autodiff)."""
+
+    @staticmethod
+    def forward(ctx, kernel, operands, *tensors):
+        ctx.kernel, ctx.operands, ctx.tensors = kernel, operands, tensors
+        # saved so that torch reports an operand modified in place before backward
+        ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
+        ctx.result = kernel(*operands)          # kept for a max/min reduction's backward
+        return from_sparsecc(ctx.result)
+
+    @staticmethod
+    def backward(ctx, gout):
+        ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
+        need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
+        cot = to_sparsecc(gout, "the output gradient")
+        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result)
+        out = [None, None]
+        for k, (t, g) in enumerate(zip(ctx.tensors, grads)):
+            out.append(None if g is None or k not in need else _grad_tensor(t, g))
+        return tuple(out)
+
+
+def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
+    """Gradient ``g`` (NumPy, or SciPy on t's pattern) as a tensor of t's layout and pattern."""
+    if not sp.issparse(g):
+        return _tensor(g)
+    vals = _tensor(np.asarray(g.data))
+    if t.layout == torch.sparse_coo:
+        if not t.is_coalesced():        # the gradient is on the coalesced pattern (as torch.sparse.mm's)
+            return from_sparsecc(g)
+        return torch.sparse_coo_tensor(t._indices(), vals, t.shape, is_coalesced=True)
+    if t.layout == torch.sparse_csr:
+        return torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape)
+    if t.layout == torch.sparse_csc:
+        return torch.sparse_csc_tensor(t.ccol_indices(), t.row_indices(), vals, t.shape)
+    return torch.sparse_bsr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape)
+
+
+def _run(kernel, args: list, whats: list):
+    """Call ``kernel`` on ``args`` (operand order), through autograd when a tensor needs it."""
+    sync_threads()
+    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
+    if grad:
+        for t, what in zip(args, whats):
+            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_complex():
+                raise DTypeError(f"{what} is complex and requires grad: gradients of complex operands "
+                                 f"are not supported yet (torch's conjugate convention)")
+    operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
+    if not grad:
+        return from_sparsecc(kernel(*operands))
+    return _Apply.apply(kernel, operands, *args)
+
+
+# ------------------------------------------------------------------------------ the API
+def _eager(fn):
+    """Run ``fn`` outside Dynamo: under ``torch.compile`` a sparsecc call is a graph break
+    (its kernel runs eagerly, its autograd Function records as usual)."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
+class TorchKernel:
+    """``sct.compile``'s kernel: called on torch tensors like ``sc.compile``'s on arrays.
+
+    The sparsecc kernel for a call is ``sc.compile`` of the same expression, with the formats
+    of sparse tensors given no format (or their own layout's name) fixed to their index
+    widths; ``sc.compile`` memoizes it, so one kernel per (formats, widths)."""
+
+    def __init__(self, expr, formats, named, options, out_format, prune, check, semiring):
+        if not isinstance(expr, str):
+            raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
+        self.source = expr
+        self._notation = looks_like_notation(expr)
+        self._formats, self._named = tuple(formats), dict(named)
+        self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)
+        self._semiring = semiring
+        self.kernel = self._sc_kernel(None)     # checks the expression and formats now
+        self.names = self.kernel.stmt.operands
+
+    def _sc_kernel(self, args):
+        if self._notation:
+            names = parse_notation(self.source).operands
+            fm = dict(zip(names, self._formats))
+            fm.update(self._named)
+            if args is not None:
+                fm = {n: _width_format(t, fm.get(n)) for n, t in zip(names, args)}
+            fm = {n: f for n, f in fm.items() if f is not None}
+            if self._semiring is not None:
+                raise SparseccError("semiring= is for einsum subscripts")
+            return sc.compile(self.source, **self._kw, **fm)
+        fm = list(self._formats)
+        if args is not None:
+            fm = fm or [None] * len(args)
+            if len(fm) == len(args):
+                fm = [_width_format(t, f) for t, f in zip(args, fm)]
+        if any(f is not None for f in fm) or self._formats:
+            return sc.compile(self.source, *fm, semiring=self._semiring, **self._kw)
+        return sc.compile(self.source, semiring=self._semiring, **self._kw)
+
+    def _bind(self, args, kwargs) -> list:
+        return self.kernel.bind(*args, **kwargs)
+
+    @_eager
+    def __call__(self, *args, **kwargs):
+        ops = self._bind(args, kwargs)
+        k = self._sc_kernel(ops)
+        self.last = k
+        return _run(k, ops, [_what(n) for n in k.stmt.operands])
+
+    @_eager
+    def vjp(self, cotangent, *args, **kwargs) -> tuple:
+        """Gradients of each operand for the output gradient ``cotangent`` (torch tensors;
+        sparse operands' on their pattern), by compiled kernels - without autograd."""
+        ops = self._bind(args, kwargs)
+        k = self._sc_kernel(ops)
+        grads = autodiff.vjp(k, to_sparsecc(cotangent, "the cotangent"),
+                             *[to_sparsecc(t, _what(n)) for t, n in zip(ops, k.stmt.operands)])
+        return tuple(None if g is None else (_grad_tensor(t, g) if isinstance(t, torch.Tensor)
+                                             else g) for t, g in zip(ops, grads))
+
+    def ir(self, stage: str = "mlir") -> str:
+        return getattr(self, "last", self.kernel).ir(stage)
+
+    def __repr__(self):
+        return f"<sparsecc.torch.TorchKernel '{self.source}'>"
+
+
+def _what(name: str) -> str:
+    return f"operand {name[1:]}" if name.startswith("#") else f"operand '{name}'"
+
+
+def compile(expr: str, *formats, options=None, out_format=None, prune: bool = False,  # noqa: A001
+            check: bool = True, semiring=None, **named_formats) -> TorchKernel:
+    """``sc.compile`` for torch tensors: a :class:`TorchKernel`."""
+    if isinstance(expr, str) and "." in expr and not looks_like_notation(expr):
+        raise SparseccError("sparsecc.torch.compile does not take subscripts with an ellipsis yet; name "
+                            "every index (sct.einsum takes them, without gradients)")
+    return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring)
+
+
+@_eager
+def einsum(subscripts, *operands, formats=None, options=None, out_format=None, prune: bool = False,
+           check: bool = True, semiring=None):
+    """``sc.einsum`` on torch tensors; differentiable (no ellipsis or size-1 broadcasting then)."""
+    if not isinstance(subscripts, str):
+        from ..api import _from_sublists
+        subscripts, operands = _from_sublists(subscripts, operands)
+    if looks_like_notation(subscripts):
+        raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sct.evaluate for index notation")
+    if formats is not None and (isinstance(formats, (str, Format, dict)) or not hasattr(formats, "__iter__")):
+        return sc.einsum(subscripts, *operands, formats=formats)     # sc's error for a bad formats=
+    formats = None if formats is None else tuple(formats)
+    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
+    if "." in subscripts and not grad:
+        sync_threads()
+        fm = formats if formats is not None else (None,) * len(operands)
+        fm = tuple(_width_format(t, f) for t, f in zip(operands, fm)) if len(fm) == len(operands) else fm
+        return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in
+                                                     enumerate(operands)],
+                                       formats=fm if any(f is not None for f in fm) else None,
+                                       options=options, out_format=out_format, prune=prune, check=check,
+                                       semiring=semiring))
+    if "." in subscripts:
+        raise SparseccError("gradients through einsum subscripts with an ellipsis are not supported yet; "
+                            "name every index")
+    if formats is not None and len(formats) != len(operands):
+        raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
+    k = TorchKernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)
+    return k(*operands)
+
+
+@_eager
+def evaluate(statement: str, *positional, formats=None, options=None, out_format=None, prune: bool = False,
+             check: bool = True, **operands):
+    """``sc.evaluate`` on torch tensors (differentiable for product statements)."""
+    if not (isinstance(statement, str) and looks_like_notation(statement)):
+        raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
+    if formats is None or isinstance(formats, dict):
+        return TorchKernel(statement, (), dict(formats or {}), options, out_format, prune, check,
+                           None)(*positional, **operands)
+    if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
+        raise FormatError(f"formats is a dict by operand name or a sequence in operand order, got {formats!r}")
+    names = parse_notation(statement).operands
+    formats = tuple(formats)
+    if len(formats) != len(names):
+        raise OperandError(f"formats names {len(formats)} format(s), but '{statement}' has {len(names)} "
+                           f"operand(s) ({', '.join(names)}); or pass a dict by name")
+    return TorchKernel(statement, formats, {}, options, out_format, prune, check, None)(*positional, **operands)
+
+
+from . import ops  # noqa: E402  (after the helpers it uses)
+from . import library  # noqa: E402,F401  torch.ops.sparsecc.* for torch.compile(fullgraph=True)
