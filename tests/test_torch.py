@@ -385,6 +385,17 @@ def test_threads_follow_torch_unless_set():
             "sc.set_num_threads(3); torch.set_num_threads(1); sct.einsum('i->', torch.ones(3))\n"
             "assert sc.get_num_threads() == 3, sc.get_num_threads()\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=_env(SPARSECC_NUM_THREADS=1))
+    # a count the user sets wins even when it equals the one torch had
+    code = ("import torch, sparsecc as sc, sparsecc.torch as sct\n"
+            "torch.set_num_threads(2); sct.einsum('i->', torch.ones(3))\n"
+            "sc.set_num_threads(2); torch.set_num_threads(1); sct.einsum('i->', torch.ones(3))\n"
+            "assert sc.get_num_threads() == 2, sc.get_num_threads()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=_env(SPARSECC_NUM_THREADS=1))
+    # SPARSECC_NUM_THREADS is the user's choice too
+    code = ("import torch, sparsecc as sc, sparsecc.torch as sct\n"
+            "torch.set_num_threads(1); sct.einsum('i->', torch.ones(3))\n"
+            "assert sc.get_num_threads() == 2, sc.get_num_threads()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(_env(), SPARSECC_NUM_THREADS="2"))
 
 
 # ----------------------------------------------------------------------------- example

@@ -70,6 +70,7 @@ def _from_env() -> int:
 
 
 _num_threads = _from_env()
+_chosen = bool(os.environ.get("SPARSECC_NUM_THREADS", "").strip())   # the user's count wins
 
 
 def _default_min_work() -> int:
@@ -128,9 +129,23 @@ def threads_for(work: int) -> int:
 def set_num_threads(n: int) -> None:
     """Run parallel kernels on ``n`` threads (from now on, in every thread of this process).
     ``n = 1`` runs them serially.  Raises :class:`SparseccError` for anything but an integer
-    from 1 to 4096."""
+    from 1 to 4096.  The user's choice: front ends that follow another library's count
+    (:func:`follow_num_threads`) leave it alone from then on."""
+    global _chosen
+    _set(_checked(n, "the number of threads"))
+    _chosen = True
+
+
+def follow_num_threads(n: int) -> None:
+    """Run parallel kernels on ``n`` threads unless the user chose a count
+    (:func:`set_num_threads` or ``SPARSECC_NUM_THREADS``): how a front end for another
+    library (``sparsecc.torch``) makes sparsecc follow that library's thread count."""
+    if not _chosen and n != _num_threads:
+        _set(_checked(n, "the number of threads"))
+
+
+def _set(n: int) -> None:
     global _num_threads
-    n = _checked(n, "the number of threads")
     with _lock:
         _num_threads = n
         for c in _counters:

@@ -12,7 +12,6 @@ docs/torch.md.  ``import sparsecc`` never imports this module (nor torch).
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,34 +33,11 @@ _LAYOUT_NAMES = {torch.sparse_coo: "coo", torch.sparse_csr: "csr", torch.sparse_
 
 
 # ----------------------------------------------------------------------------------- threads
-_last_set = [None]      # the count this module last gave sc.set_num_threads (None: never)
-
-
-def _default_threads() -> int:
-    """sparsecc's default count (all the CPUs this process may use), as runtime/threads.py sets it."""
-    cores = getattr(_threads, "_cores", None)
-    if cores is not None:
-        return cores()
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def sync_threads() -> None:
     """Make sparsecc's thread count follow ``torch.get_num_threads()``, unless the user chose
-    one (``SPARSECC_NUM_THREADS``, or ``sc.set_num_threads`` to a count this module did not
-    set).  Every ``sct`` call runs it first."""
-    if os.environ.get("SPARSECC_NUM_THREADS", "").strip():
-        return
-    cur = sc.get_num_threads()
-    ours = _last_set[0] if _last_set[0] is not None else _default_threads()
-    if cur != ours:
-        return                  # the user set it: theirs wins
-    n = torch.get_num_threads()
-    if n != cur:
-        sc.set_num_threads(n)
-    _last_set[0] = n
+    one (``SPARSECC_NUM_THREADS`` or ``sc.set_num_threads``).  Every ``sct`` call runs it
+    first."""
+    _threads.follow_num_threads(torch.get_num_threads())
 
 
 # ------------------------------------------------------------------------ tensors in and out
