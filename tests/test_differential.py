@@ -181,6 +181,9 @@ def build(case: Case):
         if c == "s":
             s = np.asarray(0, dt)           # a zero scalar operand
             return ev("C[i,j] = A[i,j] // s", A=A, s=s), lambda: np.floor_divide(Ad, s)
+        if c == "inf":                      # the DSL has no inf literal: a 0-d operand
+            s = np.asarray(np.inf, dt)
+            return ev("C[i,j] = A[i,j] // s", A=A, s=s), lambda: np.floor_divide(Ad, s)
         return ev(f"C[i,j] = A[i,j] // {c}", A=A), lambda: np.floor_divide(Ad, np.asarray(float(c), dt))
     if t == "floordiv_stored":
         def ref():
