@@ -59,7 +59,8 @@ def _layout(D, layout, block=(2, 2)):
         return D.to_sparse_csr()
     if layout == "csr32":
         c = D.to_sparse_csr()
-        return torch.sparse_csr_tensor(c.crow_indices().int(), c.col_indices().int(), c.values(), D.shape)
+        return torch.sparse_csr_tensor(c.crow_indices().int(), c.col_indices().int(), c.values(), D.shape,
+                                       check_invariants=True)
     if layout == "csc":
         return D.to_sparse_csc()
     if layout == "bsr":
