@@ -42,7 +42,8 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _checked(n, what: str) -> int:
+def _integer(n, what: str, lo: int, hi: int, kind: str) -> int:
+    """``n`` as an int in [lo, hi] (NumPy integers too), or a SparseccError naming ``what``."""
     if isinstance(n, bool) or not isinstance(n, int):
         try:
             import numpy as np
@@ -50,11 +51,16 @@ def _checked(n, what: str) -> int:
         except ImportError:
             ok = False
         if not ok:
-            raise SparseccError(f"{what} must be a positive integer, got {n!r}")
+            raise SparseccError(f"{what} must be {kind}, got {n!r}")
         n = int(n)
-    if n < 1 or n > _MAX_THREADS:
-        raise SparseccError(f"{what} must be between 1 and {_MAX_THREADS}, got {n}")
+    if n < lo or n > hi:
+        raise SparseccError(f"{what} must be between {lo} and {hi}, got {n}" if hi < 2 ** 62
+                            else f"{what} must be {kind}, got {n}")
     return n
+
+
+def _checked(n, what: str) -> int:
+    return _integer(n, what, 1, _MAX_THREADS, "a positive integer")
 
 
 def _from_env() -> int:
@@ -98,17 +104,7 @@ def set_min_parallel_work(work: int) -> None:
     :func:`get_num_threads` threads.  Takes effect at once in every loaded kernel.  Raises
     :class:`SparseccError` for anything but a non-negative integer."""
     global _min_work
-    if isinstance(work, bool) or not isinstance(work, int):
-        try:
-            import numpy as np
-            ok = isinstance(work, np.integer)
-        except ImportError:
-            ok = False
-        if not ok:
-            raise SparseccError(f"the minimum parallel work must be a non-negative integer, got {work!r}")
-        work = int(work)
-    if work < 0 or work >= 2 ** 63:
-        raise SparseccError(f"the minimum parallel work must be a non-negative integer, got {work}")
+    work = _integer(work, "the minimum parallel work", 0, 2 ** 63 - 1, "a non-negative integer")
     with _lock:
         _min_work = work
         for c in _thresholds:
