@@ -12,6 +12,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
+from sparsecc.parse import parse_einsum
+from sparsecc.runtime.kernel import Kernel
 from sparsecc.runtime.memref import ArgPacker
 
 from conftest import assert_matches
@@ -352,7 +354,8 @@ def test_large_coo_checks_without_a_compiler(rng, monkeypatch):
 
 
 def test_ir_before_and_after_calls_of_each_width(rng):
-    k = sc.compile("ij,j->i", "csr", "dense")
+    # a Kernel of its own: sc.compile memoizes kernels, and another test may have called it
+    k = Kernel(parse_einsum("ij,j->i", 2), {"#0": "csr", "#1": "dense"})
     assert "posWidth = 32" in k.ir()                # before any call: 32-bit float64 operands
     for idx, w in ((np.int64, 64), (np.int32, 32)):
         A = _matrix(rng, "csr", (10, 8), 0.3, np.float64, idx)
