@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import FormatError, OperandError, SparseccError
+from ..errors import DeviceError, FormatError, OperandError, SparseccError
 from ..expr import Statement, accesses, describe
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
@@ -93,7 +93,10 @@ class Kernel:
             raise OperandError(f"'{self.source}' takes {len(ops)} operand(s), got {len(args)}")
         return list(args)
 
-    __call__ = _call.call                    # runtime/call.py: the call path
+    def __call__(self, *args, **kwargs):
+        if self.options.device != "cpu":
+            _device_operands(self.source, args, kwargs)
+        return _call.call(self, *args, **kwargs)    # runtime/call.py: the call path
     _prepare = _call.prepare
     _operand_widths = _call.operand_widths
 
@@ -122,6 +125,11 @@ class Kernel:
         if fmt.is_dense:
             got = None
         else:
+            if self.options.device != "cpu":
+                raise DeviceError(f"'{self.source}' has a sparse result ({fmt}), which cannot run with "
+                                  f"device={self.options.device!r}: MLIR's sparsifier keeps kernels with sparse "
+                                  f"outputs entirely on the CPU (no GPU code); ask for a dense result "
+                                  f"(out_format='dense') or run it on the CPU")
             check_sparse_result(self.stmt, sparse)
             _check_block_result(fmt, sparse, shape)
             want = self.options.index_width
@@ -161,8 +169,12 @@ class Kernel:
 
     def ir(self, stage: str = "mlir") -> str:
         """The kernel's IR at ``stage``: ``mlir`` (as emitted), ``sparsified``, ``llvm-dialect``
-        or ``llvm``.  Of the last call's specialization, or float64 operands if never called."""
+        or ``llvm``; for ``device="cuda"`` also ``gpu`` (the loops outlined into a
+        ``gpu.module``, before lowering) and ``ptx`` (the PTX embedded in the library; needs
+        no device).  Of the last call's specialization, or float64 operands if never called."""
         stages = ("mlir", "sparsified", "llvm-dialect", "llvm")
+        if self.options.device == "cuda":
+            stages += ("gpu", "ptx")
         if stage not in stages:
             raise SparseccError(f"unknown stage {stage!r}; stages: {', '.join(stages)}")
         comp = self._last
@@ -176,4 +188,27 @@ class Kernel:
             comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
         if stage == "mlir":
             return comp.mlir
-        return comp.stages()[stage]
+        got = comp.stages()
+        if stage == "ptx" and not got.get("ptx"):
+            from .targets import no_gpu_code_reason
+            raise DeviceError(no_gpu_code_reason({"parallel": "none" if "scf.parallel" not in got["sparsified"]
+                                                  else "outer"}))
+        return got[stage]
+
+
+def _device_operands(source: str, args, kwargs) -> None:
+    """Operands that live on a GPU (CuPy, torch CUDA tensors, anything with
+    ``__cuda_array_interface__`` or a DLPack device other than the CPU): not taken yet.
+    The hook for them (docs/gpu.md): launch the PTX (``k.ir("ptx")``, entry ``kernel0``)
+    with their device pointers instead of the host code's copies."""
+    for x in list(args) + list(kwargs.values()):
+        on_gpu = hasattr(x, "__cuda_array_interface__")
+        if not on_gpu and hasattr(x, "__dlpack_device__"):
+            try:
+                on_gpu = int(x.__dlpack_device__()[0]) != 1       # kDLCPU
+            except Exception:                                     # noqa: BLE001 - not a DLPack device
+                on_gpu = False
+        if on_gpu:
+            raise DeviceError(f"'{source}': {type(x).__module__}.{type(x).__name__} operands live on the GPU; "
+                              f"sparsecc takes host operands only (NumPy/SciPy, copied to the device and back) - "
+                              f"device-resident operands are not supported yet (docs/gpu.md)")
