@@ -88,7 +88,8 @@ def pipelines(options: Options = DEFAULT, strategy: str = STRATEGY, index32: boo
 
 def fingerprint() -> str:
     """The GPU tables as text (with ``pipeline.fingerprint()``: part of a cuda kernel's key)."""
-    return "\n".join([*(p for p, _ in GPU_CODEGEN + GPU_HOST), DEFAULT_ARCH, PTX_FEATURES, str(THREADS), STRATEGY])
+    return "\n".join([*(p for p, _ in GPU_CODEGEN + GPU_HOST), DEFAULT_ARCH, PTX_FEATURES, str(THREADS), STRATEGY,
+                      VERSION])
 
 
 def ops_named(module, name: str) -> list:
@@ -113,6 +114,42 @@ def ptx_of(module) -> str:
             data = gpu.ObjectAttr(obj).object
             texts.append(data.decode() if isinstance(data, (bytes, bytearray)) else str(data))
     return "\n".join(texts)
+
+
+#: the version of the rewrites here (part of the cache key)
+VERSION = "gpu-1: grid sized to the parallel loop's bound"
+#: the largest grid x dimension CUDA allows
+MAX_GRID = 2**31 - 1
+
+
+def size_grid(module) -> int:
+    """Size the grid of each ``gpu.launch_func`` to the problem: ``sparse-gpu-codegen``
+    launches one block, and its kernel loops with a grid stride from the parallel loop's
+    upper bound (the first kernel argument), so one block is correct but uses one SM.  The
+    block count becomes ``clamp(ceil(bound / threads), 1, MAX_GRID)``: any count stays
+    correct (grid-stride loop), this one gives each thread one iteration.  Returns how
+    many launches were sized."""
+    from mlir import ir
+    from mlir.dialects import arith
+
+    done = 0
+    for op in ops_named(module, "gpu.launch_func"):
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        first_arg = sum(seg[:11])
+        if seg[11] < 1:
+            continue
+        bound = op.operands[first_arg]
+        if str(bound.type) != "index":
+            continue
+        with ir.InsertionPoint(op), op.location:
+            idx = ir.IndexType.get()
+            threads = op.operands[seg[0] + 3]                    # blockSizeX
+            blocks = arith.CeilDivUIOp(bound, threads).result
+            blocks = arith.MaxUIOp(blocks, arith.ConstantOp(idx, 1).result).result
+            blocks = arith.MinUIOp(blocks, arith.ConstantOp(idx, MAX_GRID).result).result
+        op.operands[seg[0]] = blocks                             # gridSizeX
+        done += 1
+    return done
 
 
 def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFacts(), arch: str = DEFAULT_ARCH):
@@ -146,7 +183,10 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     widen_i1_memrefs(module)
     stages = {"sparsified": str(module)}
     run(gpu_codegen(arch))
-    launches = len(ops_named(module, "gpu.launch_func"))
+    launches = size_grid(module)
+    if launches != len(ops_named(module, "gpu.launch_func")):
+        from ..errors import InternalError
+        raise InternalError("a GPU launch whose first argument is not the parallel loop's bound")
     stages["gpu"] = str(module)
     run(host_lowering())
     stages["ptx"] = ptx_of(module)
