@@ -190,9 +190,11 @@ class Kernel:
             return comp.mlir
         got = comp.stages()
         if stage == "ptx" and not got.get("ptx"):
+            import json
+
             from .targets import no_gpu_code_reason
-            raise DeviceError(no_gpu_code_reason({"parallel": "none" if "scf.parallel" not in got["sparsified"]
-                                                  else "outer"}))
+            with open(comp.info_path) as f:
+                raise DeviceError(no_gpu_code_reason(json.load(f)))
         return got[stage]
 
 

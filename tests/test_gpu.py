@@ -1,0 +1,326 @@
+"""NVIDIA GPU code from the same expressions (issue 17; docs/gpu.md).
+
+Without a device: PTX generation, host code and its copies, the grid, the race rule, the
+cache key, Options validation and the errors (the no-driver one in a subprocess, and a stub
+driver built here).  With a device (the only skip): the kernels against NumPy."""
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+from sparsecc.runtime import cache, targets
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: the kernels with dense results that run on the GPU: (name, subscripts, formats, out_format)
+KERNELS = {
+    "spmv": ("ij,j->i", ("{f}", "dense"), None),
+    "spmm": ("ik,kj->ij", ("{f}", "dense"), None),
+    "sddmm": ("ij,ik,kj->ij", ("{f}", "dense", "dense"), "dense"),
+}
+
+
+def _kernel(name, fmt, dtype="float64", **kw):
+    expr, fmts, out = KERNELS[name]
+    return sc.compile(expr, *(f.format(f=fmt) for f in fmts), out_format=out, device="cuda", **kw), expr
+
+
+def _operands(name, fmt, dtype, seed=0, m=37, n=29, k=5, density=0.2):
+    rng = np.random.default_rng(seed)
+    A = sp.random_array((m, n), density=density, format="csr", dtype=dtype, random_state=rng)
+    A = A.asformat(fmt) if fmt != "dense" else A.toarray()
+    if name == "spmv":
+        return A, rng.standard_normal(n).astype(dtype)
+    if name == "spmm":
+        return A, rng.standard_normal((n, k)).astype(dtype)
+    return A, rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+def _dense(x):
+    return x.toarray() if sp.issparse(x) else x
+
+
+def _ir_with_dtype(name, fmt, dtype):
+    """The IR stages of the specialization for ``dtype`` operands, without running it."""
+    from sparsecc.formats import resolve
+    from sparsecc.runtime.kernel import specialize
+    k, _ = _kernel(name, fmt)
+    fmts = tuple(resolve(k.formats[n], k._ranks[n], n).with_widths(32, 32) for n in k.stmt.operands)
+    out = k._result_format(frozenset(n for n, f in zip(k.stmt.operands, fmts) if not f.is_dense), ())
+    return specialize(k.stmt, fmts, (dtype,) * len(fmts), k.options, out).stages()
+
+
+# ----------------------------------------------------------------- PTX, no device needed
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_ptx_for_row_wise_kernels(name, dtype):
+    stages = _ir_with_dtype(name, "csr", dtype)
+    ptx = stages["ptx"]
+    assert ".visible .entry kernel0(" in ptx
+    assert ".target sm_90" in ptx
+    t = "f32" if dtype == "float32" else "f64"
+    assert f"mul.rn.{t}" in ptx and f"add.rn.{t}" in ptx           # the product and the sum, in dtype
+    assert f"st.global.b{t[1:]}" in ptx                            # the result, in device memory
+    assert "atom." not in ptx                     # no atomics: no thread adds into another's entry
+    ptxas = shutil.which("ptxas")
+    if ptxas:                                     # the toolkit's assembler accepts it when present
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sparsecc-{os.getpid()}-{name}-{dtype}.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        try:
+            r = subprocess.run([ptxas, "-arch=sm_90", path, "-o", os.devnull], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        finally:
+            os.remove(path)
+
+
+def test_ptx_without_a_device_and_the_host_code():
+    k, _ = _kernel("spmv", "csr")
+    ptx = k.ir("ptx")
+    assert ".entry" in ptx and ".target sm_90" in ptx
+    llvm = k.ir("llvm")
+    called = set(re.findall(r"call [^@]*@(mgpu\w+)", llvm))
+    # streams, the embedded PTX loaded at load time (JIT by the driver), device buffers,
+    # copies both ways, the launch, and the frees
+    assert {"mgpuModuleLoadJIT", "mgpuModuleGetFunction", "mgpuStreamCreate", "mgpuMemAlloc", "mgpuMemcpy",
+            "mgpuLaunchKernel", "mgpuStreamSynchronize", "mgpuMemFree", "mgpuStreamDestroy"} <= called
+    assert "mgpuCreateCsr" not in llvm            # no cuSPARSE: the runtime has none
+
+
+def test_host_operands_are_copied_in_and_out_and_the_grid_fits_the_problem():
+    k, _ = _kernel("spmv", "csr")
+    gpu = k.ir("gpu")
+    host = gpu[gpu.index("func.func @kernel("):]
+    launch = re.search(r"gpu.launch_func async @sparse_kernels::@kernel0 blocks in \((%\w+),", host)
+    assert launch
+    before = host[:launch.start()]
+    # every buffer is allocated on the device and copied in before the launch ...
+    allocs = re.findall(r"(%memref\w*), %asyncToken\w* = gpu.alloc", before)
+    copies_in = re.findall(r"gpu.memcpy async \[%\w+\] (%memref\w*), %", before)
+    assert allocs and sorted(allocs) == sorted(copies_in)
+    # ... the result (y: the function's last argument) copied back after it, and all freed
+    after = host[launch.end():]
+    assert re.search(r"gpu.memcpy async \[%\w+\] %arg7, %memref", after)
+    assert len(re.findall(r"gpu.dealloc", after)) == len(allocs)
+    # blocks = clamp(ceil(rows / threads), 1, 2^31 - 1): not one block
+    grid = launch.group(1)
+    assert re.search(rf"{grid} = arith.minui", before) and "arith.ceildivui" in before
+
+
+@pytest.mark.parametrize("name", ["spmv", "spmm"])
+def test_no_parallel_reduction_loop(name):
+    """The race trap: MLIR's strategy would also parallelize a loop that carries a reduction
+    into the output; the GPU loop here is the output's row loop, each thread its own rows."""
+    k, _ = _kernel(name, "csr")
+    sparsified = k.ir("sparsified")
+    loops = re.findall(r"scf.parallel \((%\w+)\) = .*\{", sparsified)
+    assert len(loops) == 1
+    assert "scf.reduce(" not in sparsified        # no value combined across iterations
+    body = k.ir("gpu")
+    kernel = body[body.index("llvm.func @kernel0"):body.index("func.func @kernel(")]
+    assert "atomicrmw" not in kernel
+    # the only stores of the kernel write the output at the thread's row (the grid-stride
+    # index, the block argument of the outer loop header)
+    row = re.search(r"\^bb1\((%\d+): i64\)", kernel).group(1)
+    stores = re.findall(r"llvm.store %\d+, (%\d+)", kernel)
+    assert stores
+    for ptr in stores:
+        gep = re.search(rf"{ptr} = llvm.getelementptr inbounds\|nuw %\d+\[(%\d+)\]", kernel).group(1)
+        if name == "spmv":
+            assert gep == row
+        else:                                   # row * k + column
+            assert re.search(rf"{gep} = llvm.add %\d+, %\d+", kernel)
+
+
+@pytest.mark.parametrize("case", [("ij,j->i", ("csc", "dense"), "outer loop"),
+                                  ("ik,kj->ij", ("csc", "dense"), "outer loop"),
+                                  ("ij->", ("csr",), "outer loop"),
+                                  ("ij,j->i", ("coo", "dense"), "COO"),
+                                  ("ik,kj->ij", ("coo", "dense"), "COO")])
+def test_kernels_without_gpu_code_say_why(case):
+    expr, fmts, why = case
+    k = sc.compile(expr, *fmts, device="cuda")
+    with pytest.raises(sc.DeviceError, match=f"no GPU code.*{why}"):
+        k.ir("ptx")
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1).asformat(fmts[0])
+    ops = [A] if len(fmts) == 1 else [A, np.ones(5) if expr.startswith("ij,j") else np.ones((5, 3))]
+    with pytest.raises(sc.DeviceError, match="no GPU code"):    # never a silent CPU run
+        k(*ops)
+
+
+def test_sparse_results_stay_on_the_cpu():
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1)
+    with pytest.raises(sc.DeviceError, match="sparse result.*keeps kernels with sparse outputs.*CPU"):
+        sc.einsum("ik,kj->ij", A, A.T.tocsr(), device="cuda")
+    with pytest.raises(sc.DeviceError, match="sparse result"):
+        sc.evaluate("C[i,j] = A[i,j] * B[i,j]", A=A, B=A, device="cuda")
+
+
+def test_device_operands_are_refused_with_the_reason():
+    class OnGpu:                                  # what CuPy arrays and torch CUDA tensors show
+        shape = (5,)
+        __cuda_array_interface__ = {"shape": (5,), "typestr": "<f8", "data": (0, False), "version": 3}
+
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1)
+    with pytest.raises(sc.DeviceError, match="live on the GPU.*not supported yet"):
+        sc.einsum("ij,j->i", A, OnGpu(), device="cuda")
+
+
+# ------------------------------------------------------------- options, device, cache key
+def test_options_validation():
+    assert sc.Options().device == "cpu" and sc.Options().gpu_arch is None
+    assert sc.Options(gpu_arch="sm_80").gpu_arch == "sm_80"
+    for bad in ("sm_91", "sm90", "compute_90", "", 90):
+        with pytest.raises(sc.SparseccError, match="gpu_arch must be"):
+            sc.Options(gpu_arch=bad)
+    for bad in ("gpu", "CUDA", None, 1):
+        with pytest.raises(sc.SparseccError, match="device must be one of cpu, cuda"):
+            sc.Options(device=bad)
+    with pytest.raises(sc.SparseccError, match="device must be one of"):
+        sc.compile("ij,j->i", "csr", "dense", device="rocm")
+    with pytest.raises(sc.SparseccError, match="device must be one of"):
+        sc.einsum("ij,j->i", np.ones((2, 2)), np.ones(2), device="tpu")
+
+
+def test_cache_key_differs_by_target_and_arch():
+    mlir = "module {}"
+    cpu = cache.key_of(mlir, sc.Options().key(), targets.resolve(sc.Options()))
+    t90 = targets.resolve(sc.Options(device="cuda", gpu_arch="sm_90"))
+    t80 = targets.resolve(sc.Options(device="cuda", gpu_arch="sm_80"))
+    assert t90.name == "cuda" and t90.param("gpu_arch") == "sm_90" and t80.param("gpu_arch") == "sm_80"
+    k90 = cache.key_of(mlir, sc.Options(device="cuda", gpu_arch="sm_90").key(), t90)
+    k80 = cache.key_of(mlir, sc.Options(device="cuda", gpu_arch="sm_80").key(), t80)
+    assert len({cpu, k90, k80}) == 3
+    # the CPU key is what it was before the GPU options existed (no cache invalidated)
+    assert "device" not in sc.Options().key() and "gpu_arch" not in sc.Options().key()
+
+
+def test_arch_reaches_the_ptx_and_device_kw_matches_options():
+    k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(gpu_arch="sm_80"), device="cuda")
+    assert k.options.device == "cuda" and ".target sm_80" in k.ir("ptx")
+    k2 = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(device="cuda", gpu_arch="sm_80"))
+    assert k2.ir("ptx") == k.ir("ptx")
+    cpu = sc.compile("ij,j->i", "csr", "dense")
+    with pytest.raises(sc.SparseccError, match="unknown stage 'ptx'"):
+        cpu.ir("ptx")
+
+
+def test_pipelines_are_data_with_reasons():
+    from sparsecc.passes import gpu
+    for table in (gpu.GPU_CODEGEN, gpu.GPU_HOST):
+        for p, why in table:
+            assert p and len(why) > 10
+    names = [p for p, _ in gpu.pipelines()["lower-to-llvm"]]
+    assert "gpu-module-to-binary{format=isa}" in names and names[-1] == "reconcile-unrealized-casts"
+    assert any("parallelization-strategy=any-storage-outer-loop" in p for p, _ in gpu.pipelines()["sparsify"])
+
+
+def test_import_sparsecc_imports_nothing_cuda():
+    code = ("import sys, sparsecc as sc; sc.Options(device='cuda', gpu_arch='sm_90'); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda', 'torch', 'pycuda') "
+            "or m == 'sparsecc.passes.gpu']; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ errors, in a subprocess
+CALL = textwrap.dedent("""
+    import os, numpy as np, scipy.sparse as sp, sparsecc as sc
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1)
+    try:
+        sc.einsum("ij,j->i", A, np.ones(5), device="cuda",
+                  options=sc.Options(gpu_arch=os.environ.get("ARCH") or None))
+    except sc.DeviceError as e:
+        print("DeviceError:", e)
+    print("alive")
+""")
+
+
+def _run(env_extra: dict):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", CALL], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+@pytest.mark.skipif(targets.cuda_probe()[0] == "", reason="this machine has a CUDA device")
+def test_no_driver_is_a_device_error_and_the_process_lives():
+    r = _run({})
+    assert r.returncode == 0, r.stderr
+    assert "DeviceError: no CUDA driver/device" in r.stdout and "alive" in r.stdout
+
+
+STUB = r"""
+#include <stdio.h>
+static FILE *log_file(void) { static FILE *f; if (!f) f = fopen(STUB_LOG, "a"); return f; }
+int cuInit(unsigned flags) { fprintf(log_file(), "cuInit %u\n", flags); fflush(log_file()); return INIT_RC; }
+int cuDeviceGetCount(int *n) { *n = DEVICES; fprintf(log_file(), "cuDeviceGetCount\n"); fflush(log_file()); return 0; }
+int cuDeviceGet(int *d, int k) { *d = k; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int d) { *v = attr == 75 ? 8 : 0; return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the stub driver")
+@pytest.mark.parametrize("rc, devices, message", [(100, 1, "cuInit failed with CUDA error 100"),
+                                                  (0, 0, "the driver sees no device"),
+                                                  (0, 1, "compiled for sm_90, but the device is sm_80")])
+def test_stub_driver_errors(tmp_path, rc, devices, message):
+    """A driver that fails cuInit, one without devices (the runtime would only print errors
+    and leave the output untouched), an older device: DeviceError before any kernel runs,
+    and the MLIR runtime is never loaded."""
+    src, lib, log = tmp_path / "stub.c", tmp_path / "libcuda.so.1", tmp_path / "calls.log"
+    src.write_text(STUB)
+    subprocess.run(["cc", "-shared", "-fPIC", f'-DSTUB_LOG="{log}"', f"-DINIT_RC={rc}", f"-DDEVICES={devices}",
+                    "-o", str(lib), str(src)], check=True)
+    r = _run({"SPARSECC_CUDA_DRIVER": str(lib), "ARCH": "sm_90"})
+    assert r.returncode == 0, r.stderr
+    assert f"DeviceError: " in r.stdout and message in r.stdout and "alive" in r.stdout, r.stdout
+    assert "cuInit 0" in log.read_text()
+
+
+# ------------------------------------------------------------------ on a device (else skipped)
+HAS_DEVICE = targets.cuda_probe()[0] == ""
+gpu = pytest.mark.skipif(not HAS_DEVICE, reason=f"needs an NVIDIA GPU: {targets.cuda_probe()[0]}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("shape", [(37, 29), (1, 1), (300, 7)])
+def test_on_the_device_against_numpy(name, dtype, shape):
+    ops = _operands(name, "csr", dtype, m=shape[0], n=shape[1])
+    k, expr = _kernel(name, "csr")
+    got = k(*ops)
+    want = np.einsum(expr, *[_dense(x).astype(np.float64) for x in ops])
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-5)
+
+
+@gpu
+def test_on_the_device_empty_and_single_entry():
+    k, _ = _kernel("spmv", "csr")
+    empty = sp.csr_array((5, 4))
+    np.testing.assert_array_equal(k(empty, np.ones(4)), np.zeros(5))
+    one = sp.csr_array(([2.5], ([3], [1])), shape=(5, 4))
+    np.testing.assert_array_equal(k(one, np.arange(4.0)), [0, 0, 0, 2.5, 0])
+    zero_rows = sp.csr_array((0, 4))
+    assert k(zero_rows, np.ones(4)).shape == (0,)
+
+
+@gpu
+def test_on_the_device_operands_untouched_and_large():
+    rng = np.random.default_rng(3)
+    A = sp.random_array((200_000, 5_000), density=1e-3, format="csr", random_state=rng)
+    x = rng.standard_normal(5_000)
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy(), x.copy())
+    y = sc.einsum("ij,j->i", A, x, device="cuda")
+    np.testing.assert_allclose(y, A @ x, rtol=1e-12, atol=1e-12)
+    for a, b in zip(before, (A.data, A.indices, A.indptr, x)):
+        np.testing.assert_array_equal(a, b)
