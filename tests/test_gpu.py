@@ -83,6 +83,17 @@ def test_ptx_for_row_wise_kernels(name, dtype):
             os.remove(path)
 
 
+@pytest.mark.parametrize("expr, fmts, out", [
+    ("ijk,jr,kr->ir", (("dense", "compressed", "compressed"), "dense", "dense"), None),     # MTTKRP
+    ("ijk,k->ij", (("dense", "compressed", "compressed"), "dense"), "dense"),               # TTV
+    ("ij->i", ("csr",), None),                                                              # row sums
+    ("ij,ij->i", ("csr", "dense"), None)])
+def test_ptx_for_other_kernels_with_a_dense_outer_level(expr, fmts, out):
+    fmts = [sc.Format(f) if isinstance(f, tuple) else f for f in fmts]
+    ptx = sc.compile(expr, *fmts, out_format=out, device="cuda").ir("ptx")
+    assert ".visible .entry kernel0(" in ptx and "atom." not in ptx
+
+
 def test_ptx_without_a_device_and_the_host_code():
     k, _ = _kernel("spmv", "csr")
     ptx = k.ir("ptx")
@@ -144,6 +155,7 @@ def test_no_parallel_reduction_loop(name):
 @pytest.mark.parametrize("case", [("ij,j->i", ("csc", "dense"), "outer loop"),
                                   ("ik,kj->ij", ("csc", "dense"), "outer loop"),
                                   ("ij->", ("csr",), "outer loop"),
+                                  ("ij->j", ("csr",), "outer loop"),
                                   ("ij,j->i", ("coo", "dense"), "COO"),
                                   ("ik,kj->ij", ("coo", "dense"), "COO")])
 def test_kernels_without_gpu_code_say_why(case):
