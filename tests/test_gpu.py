@@ -20,6 +20,8 @@ import sparsecc as sc
 from sparsecc.runtime import cache, targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a driver and a device are here (the device tests run; the no-driver ones do not)
+HAS_DEVICE = targets.cuda_probe()[0] == ""
 
 #: the kernels with dense results that run on the GPU: (name, subscripts, formats, out_format)
 KERNELS = {
@@ -263,7 +265,7 @@ def _run(env_extra: dict):
                           timeout=600)
 
 
-@pytest.mark.skipif(targets.cuda_probe()[0] == "", reason="this machine has a CUDA device")
+@pytest.mark.skipif(HAS_DEVICE, reason="this machine has a CUDA device")
 def test_no_driver_is_a_device_error_and_the_process_lives():
     r = _run({})
     assert r.returncode == 0, r.stderr
@@ -298,8 +300,89 @@ def test_stub_driver_errors(tmp_path, rc, devices, message):
     assert "cuInit 0" in log.read_text()
 
 
+RECORDING_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef unsigned long long ptr_t;
+static FILE *lg(void) { static FILE *f; if (!f) f = fopen(STUB_LOG, "a"); return f; }
+#define LOG(...) (fprintf(lg(), __VA_ARGS__), fflush(lg()))
+int cuInit(unsigned f) { LOG("init\n"); return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGet(int *d, int k) { *d = k; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int d) { *v = attr == 75 ? 9 : 0; return 0; }
+int cuDevicePrimaryCtxRetain(void **c, int d) { static int ctx; *c = &ctx; return 0; }
+int cuCtxPushCurrent_v2(void *c) { return 0; }
+int cuCtxPopCurrent_v2(void **c) { return 0; }
+int cuGetErrorName(int e, const char **s) { *s = "STUB"; return 0; }
+int cuStreamCreate(void **s, unsigned f) { static int st; *s = &st; LOG("stream\n"); return 0; }
+int cuStreamDestroy_v2(void *s) { LOG("stream-destroy\n"); return 0; }
+int cuStreamSynchronize(void *s) { LOG("sync\n"); return 0; }
+int cuStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
+int cuEventCreate(void **e, unsigned f) { static int ev; *e = &ev; return 0; }
+int cuEventDestroy_v2(void *e) { return 0; }
+int cuEventRecord(void *e, void *s) { return 0; }
+int cuEventSynchronize(void *e) { return 0; }
+int cuMemAlloc_v2(ptr_t *p, size_t n) { *p = (ptr_t)malloc(n ? n : 1); LOG("alloc %zu\n", n); return 0; }
+int cuMemAllocManaged(ptr_t *p, size_t n, unsigned f) { return cuMemAlloc_v2(p, n); }
+int cuMemFree_v2(ptr_t p) { free((void *)p); LOG("free\n"); return 0; }
+int cuMemcpy(ptr_t d, ptr_t s, size_t n) { memcpy((void *)d, (void *)s, n); LOG("copy %zu\n", n); return 0; }
+int cuMemcpyAsync(ptr_t d, ptr_t s, size_t n, void *st) { return cuMemcpy(d, s, n); }
+int cuMemsetD16Async(ptr_t d, unsigned short v, size_t n, void *s) { return 0; }
+int cuMemsetD32Async(ptr_t d, unsigned v, size_t n, void *s) { return 0; }
+int cuMemHostRegister_v2(void *p, size_t n, unsigned f) { return 0; }
+int cuMemHostUnregister(void *p) { return 0; }
+int cuModuleLoadData(void **m, const void *img) { static int mod; *m = &mod;
+  LOG("module entry=%d target90=%d\n", strstr(img, ".entry kernel0") != 0, strstr(img, ".target sm_90") != 0); return 0; }
+int cuModuleLoadDataEx(void **m, const void *img, unsigned n, void *o, void **v) { return cuModuleLoadData(m, img); }
+int cuModuleUnload(void *m) { LOG("unload\n"); return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) { static int fn; *f = &fn; LOG("function %s\n", name); return 0; }
+int cuFuncSetAttribute(void *f, int a, int v) { return 0; }
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shm, void *s, void **params, void **extra) {
+  LOG("launch grid=%u,%u,%u block=%u,%u,%u bound=%lld\n", gx, gy, gz, bx, by, bz, *(long long *)params[0]);
+  return 0; }
+int cuLaunchKernelEx(const void *c, void *f, void **p, void **e) { LOG("launch-ex\n"); return 0; }
+int cuTensorMapEncodeTiled(void) { return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the stub driver")
+@pytest.mark.skipif(HAS_DEVICE, reason="this machine has a real driver")
+def test_host_plumbing_against_a_recording_driver(tmp_path):
+    """The generated host code through libmlir_cuda_runtime.so against a stub driver that
+    records its calls (device memory is host memory; the launch runs nothing): the PTX
+    loaded, one allocation and one copy in per buffer, a grid sized to the rows, the
+    result copied back, everything freed."""
+    src, lib, log = tmp_path / "stub.c", tmp_path / "libcuda.so.1", tmp_path / "calls.log"
+    src.write_text(RECORDING_DRIVER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", f'-DSTUB_LOG="{log}"', "-o", str(lib),
+                    str(src)], check=True)
+    code = textwrap.dedent("""
+        import numpy as np, scipy.sparse as sp, sparsecc as sc
+        A = sp.random_array((1000, 300), density=0.01, format="csr", random_state=1)
+        x = np.ones(300)
+        y = sc.einsum("ij,j->i", A, x, device="cuda")
+        print("ran", y.shape, A.nnz)
+    """)
+    env = dict(os.environ, SPARSECC_CUDA_DRIVER=str(lib), LD_LIBRARY_PATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    nnz = int(r.stdout.split()[-1])
+    calls = log.read_text().splitlines()
+    assert "module entry=1 target90=1" in calls and "function kernel0" in calls
+    allocs = sorted(int(c.split()[1]) for c in calls if c.startswith("alloc"))
+    # y and x (f64), indptr and indices (i32), values (f64)
+    assert allocs == sorted([1000 * 8, 300 * 8, 1001 * 4, nnz * 4, nnz * 8])
+    launch = calls.index(next(c for c in calls if c.startswith("launch")))
+    copies_in = [int(c.split()[1]) for c in calls[:launch] if c.startswith("copy")]
+    copies_out = [int(c.split()[1]) for c in calls[launch:] if c.startswith("copy")]
+    assert sorted(copies_in) == allocs and copies_out == [1000 * 8]
+    assert calls[launch] == "launch grid=8,1,1 block=128,1,1 bound=1000"      # ceil(1000 / 128)
+    assert sum(c == "free" for c in calls) == len(allocs)
+
+
 # ------------------------------------------------------------------ on a device (else skipped)
-HAS_DEVICE = targets.cuda_probe()[0] == ""
 gpu = pytest.mark.skipif(not HAS_DEVICE, reason=f"needs an NVIDIA GPU: {targets.cuda_probe()[0]}")
 
 
