@@ -189,6 +189,12 @@ def test_device_operands_are_refused_with_the_reason():
         sc.einsum("ij,j->i", A, OnGpu(), device="cuda")
 
 
+def test_aot_of_a_cuda_kernel_is_refused(tmp_path):
+    k = sc.compile("ij,j->i", "csr", "dense", device="cuda")
+    with pytest.raises(sc.DeviceError, match="ahead-of-time libraries hold CPU code only"):
+        sc.aot.build("g", {"spmv": k}, str(tmp_path))
+
+
 # ------------------------------------------------------------- options, device, cache key
 def test_options_validation():
     assert sc.Options().device == "cpu" and sc.Options().gpu_arch is None
