@@ -55,17 +55,20 @@ def _ir_with_dtype(name, fmt, dtype):
     """The IR stages of the specialization for ``dtype`` operands, without running it."""
     from sparsecc.formats import resolve
     from sparsecc.runtime.kernel import specialize
+    from sparsecc.runtime.specialization import gpu_formats
     k, _ = _kernel(name, fmt)
-    fmts = tuple(resolve(k.formats[n], k._ranks[n], n).with_widths(32, 32) for n in k.stmt.operands)
+    fmts = [resolve(k.formats[n], k._ranks[n], n).with_widths(32, 32) for n in k.stmt.operands]
+    fmts = tuple(f if f.is_dense else f.with_widths(32, 32) for f in gpu_formats(k.stmt, fmts))
     out = k._result_format(frozenset(n for n, f in zip(k.stmt.operands, fmts) if not f.is_dense), ())
     return specialize(k.stmt, fmts, (dtype,) * len(fmts), k.options, out).stages()
 
 
 # ----------------------------------------------------------------- PTX, no device needed
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_ptx_for_row_wise_kernels(name, dtype):
-    stages = _ir_with_dtype(name, "csr", dtype)
+def test_ptx_for_each_kernel_class(name, fmt, dtype):
+    stages = _ir_with_dtype(name, fmt, dtype)
     ptx = stages["ptx"]
     assert ".visible .entry kernel0(" in ptx
     assert ".target sm_90" in ptx
@@ -154,21 +157,55 @@ def test_no_parallel_reduction_loop(name):
             assert re.search(rf"{gep} = llvm.add %\d+, %\d+", kernel)
 
 
-@pytest.mark.parametrize("case", [("ij,j->i", ("csc", "dense"), "outer loop"),
-                                  ("ik,kj->ij", ("csc", "dense"), "outer loop"),
-                                  ("ij->", ("csr",), "outer loop"),
-                                  ("ij->j", ("csr",), "outer loop"),
-                                  ("ij,j->i", ("coo", "dense"), "COO"),
-                                  ("ik,kj->ij", ("coo", "dense"), "COO")])
+@pytest.mark.parametrize("case", [("ij->", ("csr",), "outer loop of its loop nest carries a reduction"),
+                                  ("ij,ij->i", ("dcsr", "dcsr"), "no parallel GPU loop"),
+                                  ("ij,ij->i", ("csr", "coo"), "no parallel GPU loop")])
 def test_kernels_without_gpu_code_say_why(case):
     expr, fmts, why = case
     k = sc.compile(expr, *fmts, device="cuda")
     with pytest.raises(sc.DeviceError, match=f"no GPU code.*{why}"):
         k.ir("ptx")
-    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1).asformat(fmts[0])
-    ops = [A] if len(fmts) == 1 else [A, np.ones(5) if expr.startswith("ij,j") else np.ones((5, 3))]
+    ops = [sp.random_array((6, 5), density=0.5, format="csr", random_state=s).asformat("coo" if f == "coo" else "csr")
+           for s, f in enumerate(fmts)]
     with pytest.raises(sc.DeviceError, match="no GPU code"):    # never a silent CPU run
         k(*ops)
+
+
+GPU_NESTS = [("ij,j->i", ("{f}", "dense"), None), ("ik,kj->ij", ("{f}", "dense"), None),
+             ("ij,ik,kj->ij", ("{f}", "dense", "dense"), "dense"), ("ij->j", ("{f}",), None),
+             ("ij->i", ("{f}",), None)]
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dcsr"])
+@pytest.mark.parametrize("expr, fmts, out", GPU_NESTS)
+def test_the_gpu_loop_nest_runs_on_the_cpu_and_matches_numpy(expr, fmts, out, fmt):
+    """The loop nest MLIR outlines for the GPU (the operand formats planned for it, the
+    parallel outer loop) is the CPU's with parallel='any-storage-outer-loop': the same
+    sparsified IR, run here through OpenMP, checked against numpy.einsum (random, empty and
+    one-entry operands)."""
+    from sparsecc.formats import resolve
+    from sparsecc.runtime.specialization import gpu_formats
+    fmts = [f.format(f=fmt) for f in fmts]
+    gk = sc.compile(expr, *fmts, out_format=out, device="cuda")
+    planned = gpu_formats(gk.stmt, [resolve(f, gk._ranks[n], n) for f, n in zip(fmts, gk.stmt.operands)])
+    planned = [f if f.is_dense else f.with_widths(32, 32) for f in planned]
+    assert not planned[0].is_dense and planned[0].levels[0] == "dense"
+    ck = sc.compile(expr, *planned, out_format=out, options=sc.Options(parallel="any-storage-outer-loop"))
+    assert "scf.parallel" in gk.ir("sparsified")
+    assert ck.ir("sparsified") == gk.ir("sparsified")
+    rng = np.random.default_rng(7)
+    m, n, r = 23, 17, 4
+    cases = [sp.random_array((m, n), density=0.3, format="csr", random_state=rng),
+             sp.csr_array((m, n)), sp.csr_array(([1.5], ([m - 1], [0])), shape=(m, n))]
+    for A in cases:
+        A = A.asformat("csr" if fmt == "dcsr" else fmt)
+        lhs = expr.split("->")[0].split(",")
+        ops = [A] + [rng.standard_normal(tuple({"i": m, "j": n, "k": r}[c] for c in s)) for s in lhs[1:]]
+        if expr == "ik,kj->ij":
+            ops = [A, rng.standard_normal((n, r))]
+        got = ck(*ops)
+        want = np.einsum(expr, *[_dense(x) for x in ops])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_sparse_results_stay_on_the_cpu():

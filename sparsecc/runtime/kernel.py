@@ -24,7 +24,7 @@ from . import call as _call
 from .call import _CallInfo, bind_named
 from .loader import STATS, Stats
 from .operands import INT32_MAX
-from .specialization import (Compiled, _bare_bsr, _check_block_result, _result_block, _result_dtype,
+from .specialization import (Compiled, gpu_formats, _bare_bsr, _check_block_result, _result_block, _result_dtype,
                              compile_specialization, loaded_specialization, result_format_for, specialize)
 
 __all__ = ["Kernel", "Specialization", "STATS", "Stats", "Compiled", "specialize", "bind_named",
@@ -184,6 +184,8 @@ class Kernel:
                 spec = self.formats.get(n) or "dense"
                 w = self.options.index_width or 32
                 fmts.append(resolve(spec, self._ranks[n], describe(n)).with_widths(w, w))
+            if self.options.device != "cpu":
+                fmts = [f if f.is_dense else f.with_widths(w, w) for f in gpu_formats(self.stmt, fmts)]
             out = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense), ())
             comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
         if stage == "mlir":

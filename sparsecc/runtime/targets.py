@@ -330,8 +330,9 @@ def no_gpu_code_reason(info: dict) -> str:
                "CSC SpMV/SpMM, a sum to a scalar), and a parallel reduction loop without atomics "
                "would race; store the matrix row-wise (CSR)")
     else:
-        why = ("MLIR's sparsifier made no parallel GPU loop of its outer loop (a COO or other "
-               "compressed outer level is iterated serially); store the matrix as CSR")
+        why = ("MLIR's sparsifier made no parallel GPU loop of its outer loop (a compressed outer "
+               "level, or several sparse operands co-iterated, is iterated serially); use one sparse "
+               "operand, or operands with a dense outer level (CSR)")
     return NO_GPU_CODE.format(why=why)
 
 
