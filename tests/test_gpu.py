@@ -405,15 +405,22 @@ def test_host_plumbing_against_a_recording_driver(tmp_path):
         import numpy as np, scipy.sparse as sp, sparsecc as sc
         A = sp.random_array((1000, 300), density=0.01, format="csr", random_state=1)
         x = np.ones(300)
+        k = sc.compile("ij,j->i", None, "dense", device="cuda")
+        k(A.tocsc(), x)                     # a CSC operand runs row-wise on the GPU
+        f = k.last_formats()[0]
+        print("csc ran as", f.levels, f.order)
+        open(LOG, "a").write("---\\n")
         y = sc.einsum("ij,j->i", A, x, device="cuda")
         print("ran", y.shape, A.nnz)
-    """)
+    """).replace("LOG", repr(str(log)))
     env = dict(os.environ, SPARSECC_CUDA_DRIVER=str(lib), LD_LIBRARY_PATH=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
+    assert "csc ran as ('dense', 'compressed') (0, 1)" in r.stdout
     nnz = int(r.stdout.split()[-1])
-    calls = log.read_text().splitlines()
-    assert "module entry=1 target90=1" in calls and "function kernel0" in calls
+    everything = log.read_text().splitlines()
+    assert "module entry=1 target90=1" in everything and "function kernel0" in everything
+    calls = everything[everything.index("---") + 1:]       # the second call (SciPy's CSR)
     allocs = sorted(int(c.split()[1]) for c in calls if c.startswith("alloc"))
     # y and x (f64), indptr and indices (i32), values (f64)
     assert allocs == sorted([1000 * 8, 300 * 8, 1001 * 4, nnz * 4, nnz * 8])
@@ -431,11 +438,12 @@ gpu = pytest.mark.skipif(not HAS_DEVICE, reason=f"needs an NVIDIA GPU: {targets.
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 @pytest.mark.parametrize("name", sorted(KERNELS))
 @pytest.mark.parametrize("shape", [(37, 29), (1, 1), (300, 7)])
-def test_on_the_device_against_numpy(name, dtype, shape):
-    ops = _operands(name, "csr", dtype, m=shape[0], n=shape[1])
-    k, expr = _kernel(name, "csr")
+def test_on_the_device_against_numpy(name, fmt, dtype, shape):
+    ops = _operands(name, fmt, dtype, m=shape[0], n=shape[1])
+    k, expr = _kernel(name, fmt)
     got = k(*ops)
     want = np.einsum(expr, *[_dense(x).astype(np.float64) for x in ops])
     np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-5)
