@@ -99,6 +99,13 @@ def test_ptx_for_other_kernels_with_a_dense_outer_level(expr, fmts, out):
     assert ".visible .entry kernel0(" in ptx and "atom." not in ptx
 
 
+def test_64_bit_indices_load_in_one_instruction():
+    """The gpu.module gets the NVPTX data layout: without it i64 was 4-byte aligned and each
+    64-bit position/coordinate load was split into two 32-bit loads."""
+    ptx = sc.compile("ij,j->i", "csr", "dense", device="cuda", options=sc.Options(index_width=64)).ir("ptx")
+    assert "ld.global.b64" in ptx and "ld.global.b32" not in ptx
+
+
 def test_ptx_without_a_device_and_the_host_code():
     k, _ = _kernel("spmv", "csr")
     ptx = k.ir("ptx")

@@ -89,7 +89,7 @@ def pipelines(options: Options = DEFAULT, strategy: str = STRATEGY, index32: boo
 def fingerprint() -> str:
     """The GPU tables as text (with ``pipeline.fingerprint()``: part of a cuda kernel's key)."""
     return "\n".join([*(p for p, _ in GPU_CODEGEN + GPU_HOST), DEFAULT_ARCH, PTX_FEATURES, str(THREADS), STRATEGY,
-                      VERSION])
+                      VERSION, GPU_DATA_LAYOUT])
 
 
 def ops_named(module, name: str) -> list:
@@ -117,7 +117,23 @@ def ptx_of(module) -> str:
 
 
 #: the version of the rewrites here (part of the cache key)
-VERSION = "gpu-1: grid sized to the parallel loop's bound"
+VERSION = "gpu-2: grid sized to the parallel loop's bound; gpu.module data layout"
+#: the NVPTX data layout's alignments for the gpu.module (64-bit integers and floats on 8
+#: bytes): without one, MLIR lowers the kernel with LLVM's default layout, where i64 is
+#: 4-byte aligned, and every 64-bit position/coordinate load became two 32-bit loads
+GPU_DATA_LAYOUT = "#dlti.dl_spec<i64 = dense<64> : vector<2xi64>, f64 = dense<64> : vector<2xi64>>"
+
+
+def add_data_layout(module) -> int:
+    """Give each ``gpu.module`` :data:`GPU_DATA_LAYOUT` (``dlti.dl_spec``); returns how many."""
+    from mlir import ir
+    done = 0
+    for op in ops_named(module, "gpu.module"):
+        op.attributes["dlti.dl_spec"] = ir.Attribute.parse(GPU_DATA_LAYOUT)
+        done += 1
+    return done
+
+
 #: the largest grid x dimension CUDA allows
 MAX_GRID = 2**31 - 1
 
@@ -182,7 +198,10 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     run(BUFFERIZE)
     widen_i1_memrefs(module)
     stages = {"sparsified": str(module)}
-    run(gpu_codegen(arch))
+    codegen = gpu_codegen(arch)
+    run(codegen[:1])                                    # sparse-gpu-codegen: the gpu.module appears
+    add_data_layout(module)
+    run(codegen[1:])
     launches = size_grid(module)
     if launches != len(ops_named(module, "gpu.launch_func")):
         from ..errors import InternalError
