@@ -233,6 +233,17 @@ def test_device_operands_are_refused_with_the_reason():
         sc.einsum("ij,j->i", A, OnGpu(), device="cuda")
 
 
+@pytest.mark.parametrize("semiring", ["min_plus", "lor_land"])
+def test_semiring_spmv_has_gpu_code(semiring):
+    ptx = sc.compile("ij,j->i", "csr", "dense", semiring=semiring, device="cuda").ir("ptx")
+    assert ".visible .entry kernel0(" in ptx and "atom." not in ptx
+
+
+def test_autotune_is_refused_on_cuda():
+    with pytest.raises(sc.DeviceError, match="autotune=True explores formats on the CPU only"):
+        sc.compile("ij,j->i", None, "dense", autotune=True, device="cuda")
+
+
 def test_aot_of_a_cuda_kernel_is_refused(tmp_path):
     k = sc.compile("ij,j->i", "csr", "dense", device="cuda")
     with pytest.raises(sc.DeviceError, match="ahead-of-time libraries hold CPU code only"):
