@@ -59,6 +59,8 @@ class Kernel:
         self._last: Compiled | None = None
         self._out_cache: dict = {}
         self._library: dict | None = None   # set by sc.aot.load: the only specializations
+        if options.device != "cpu":
+            self.__class__ = DeviceKernel   # its call checks for device-resident operands first
         for name, spec in formats.items():
             if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
@@ -93,10 +95,7 @@ class Kernel:
             raise OperandError(f"'{self.source}' takes {len(ops)} operand(s), got {len(args)}")
         return list(args)
 
-    def __call__(self, *args, **kwargs):
-        if self.options.device != "cpu":
-            _device_operands(self.source, args, kwargs)
-        return _call.call(self, *args, **kwargs)    # runtime/call.py: the call path
+    __call__ = _call.call                    # runtime/call.py: the call path
     _prepare = _call.prepare
     _operand_widths = _call.operand_widths
 
@@ -198,6 +197,15 @@ class Kernel:
             with open(comp.info_path) as f:
                 raise DeviceError(no_gpu_code_reason(json.load(f)))
         return got[stage]
+
+
+class DeviceKernel(Kernel):
+    """A kernel for ``device="cuda"``: the same call path, after refusing operands that live
+    on the GPU (the CPU kernels' calls stay as they were)."""
+
+    def __call__(self, *args, **kwargs):
+        _device_operands(self.source, args, kwargs)
+        return _call.call(self, *args, **kwargs)
 
 
 def _device_operands(source: str, args, kwargs) -> None:
