@@ -7,7 +7,7 @@ import string
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import FormatError, OperandError, ParseError, ShapeError, SparseccError
+from .errors import DeviceError, FormatError, OperandError, ParseError, ShapeError, SparseccError
 from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
@@ -22,6 +22,19 @@ _kernels: dict = {}
 
 def _einsum_arity(subscripts: str) -> int:
     return subscripts.split("->")[0].count(",") + 1
+
+
+def _on_device(options: Options | None, device) -> Options | None:
+    """``options`` with ``device`` (``None``: the options' own, ``"cpu"`` by default)."""
+    if device is None:
+        return options
+    options = DEFAULT if options is None else options
+    if not isinstance(options, Options):
+        raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
+    if device == options.device:
+        return options
+    import dataclasses
+    return dataclasses.replace(options, device=device)     # validated by Options
 
 
 def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
@@ -88,7 +101,8 @@ _OUT_DOC = """
 
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
-            check: bool = True, semiring=None, autotune: bool = False, **named_formats) -> Kernel:  # noqa: A001
+            check: bool = True, semiring=None, autotune: bool = False, device: str | None = None,
+            **named_formats) -> Kernel:  # noqa: A001
     """A reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
@@ -97,8 +111,13 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
     ``autotune=True``: the first call explores formats for the operands without one (a list
     of formats: the candidates for that operand) on its operands, remembers the choice on
     disk, and every call runs the chosen kernel (docs/explore.md).
+    ``device``: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU (docs/gpu.md).
     """
+    options = _on_device(options, device)
     if autotune:
+        if options is not None and options.device != "cpu":
+            raise DeviceError("autotune=True explores formats on the CPU only; compile with explicit formats "
+                              "for device='cuda'")
         if isinstance(expr, str) and "..." in expr:
             raise SparseccError("autotune=True does not take subscripts with an ellipsis yet; name every "
                                 "index (its kernel depends on the operands' ranks)")
@@ -115,7 +134,7 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
 
 
 def einsum(subscripts, *operands, formats=None, options: Options | None = None, out_format=None,
-           prune: bool = False, check: bool = True, semiring=None):
+           prune: bool = False, check: bool = True, semiring=None, device: str | None = None):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     Subscripts as in NumPy, ellipsis (``"...ij,...jk->...ik"``) and size-1 broadcasting
@@ -125,7 +144,10 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
     the product over that semiring, with GraphBLAS's rules - only stored entries take part,
     and an output entry with no term gets the identity (dense result) or is not stored
     (sparse result); docs/semirings.md.
+    ``device``: ``"cpu"`` (default) or ``"cuda"`` (NumPy/SciPy operands copied to the GPU and
+    the result back; docs/gpu.md).
     """
+    options = _on_device(options, device)
     if not isinstance(subscripts, str):
         subscripts, operands = _from_sublists(subscripts, operands)
     if looks_like_notation(subscripts):
@@ -306,13 +328,14 @@ class EinsumFamily:
 
 
 def evaluate(statement: str, *positional, formats=None, options: Options | None = None,
-             out_format=None, prune: bool = False, check: bool = True, **operands):
+             out_format=None, prune: bool = False, check: bool = True, device: str | None = None, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``.
 
     Operands by name, or by position in the order they first appear in the statement
     (``sc.evaluate("y[i] = A[i,j] * x[j]", A, x)``).
     ``formats``: a dict by operand name (``{"A": "csr"}``), or a sequence with one format
-    per operand in that same order."""
+    per operand in that same order.  ``device``: ``"cpu"`` (default) or ``"cuda"`` (docs/gpu.md)."""
+    options = _on_device(options, device)
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
     if formats is None or isinstance(formats, dict):

@@ -27,6 +27,12 @@ class OperandError(SparseccError):
     """Wrong operand count, names or kinds, or a malformed sparse operand."""
 
 
+class DeviceError(SparseccError, RuntimeError):
+    """A kernel cannot run on the device asked for (``device="cuda"``): no CUDA driver, no
+    device, an architecture the device cannot run, or a kernel MLIR keeps on the CPU (a
+    sparse result; an outer loop that carries a reduction).  Raised before native code runs."""
+
+
 class CompileError(SparseccError, RuntimeError):
     """MLIR or LLVM failed (or crashed) while compiling a kernel.
 

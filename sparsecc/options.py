@@ -20,6 +20,13 @@ PARALLEL = ("auto", "none", "dense-outer-loop", "any-storage-outer-loop", "dense
             "any-storage-any-loop")
 #: MLIR's ``loop-ordering-strategy`` of ``sparse-reinterpret-map``
 LOOP_ORDERS = ("default", "dense-outer")
+#: where a kernel runs: ``cpu`` (this machine's CPU) or ``cuda`` (an NVIDIA GPU; docs/gpu.md)
+DEVICES = ("cpu", "cuda")
+#: the NVIDIA architectures LLVM 22's NVPTX backend generates PTX for (sm_50 and newer:
+#: older ones are gone from CUDA 12 drivers); ``sparsecc.passes.gpu.DEFAULT_ARCH`` without one
+GPU_ARCHS = ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80",
+             "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101", "sm_101a",
+             "sm_103", "sm_103a", "sm_110", "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a")
 
 
 def _is_int(v) -> bool:
@@ -33,7 +40,11 @@ class Options:
     threads (MLIR's ``parallelization-strategy``; ``"auto"`` lets sparsecc choose).
     ``vector_length``: SIMD width of the sparsifier's vectorizer (0: scalar code).
     ``index_width``: 32 or 64-bit positions and coordinates (``None``: 32 when they fit).
-    ``loop_order``: MLIR's loop-ordering strategy where it leaves a choice."""
+    ``loop_order``: MLIR's loop-ordering strategy where it leaves a choice.
+    ``device``: ``"cpu"`` or ``"cuda"`` (also the ``device=`` argument of ``sc.einsum``,
+    ``sc.evaluate``, ``sc.compile``).  ``gpu_arch``: the NVIDIA architecture a ``cuda``
+    kernel's PTX is generated for, e.g. ``"sm_90"`` (``None``: the device's, or ``sm_90``
+    where no device can be asked; docs/gpu.md)."""
 
     opt_level: int = 3
     cpu: str | None = None
@@ -41,6 +52,8 @@ class Options:
     vector_length: int = 0
     index_width: int | None = None
     loop_order: str = "default"
+    device: str = "cpu"
+    gpu_arch: str | None = None
 
     def __post_init__(self):
         if not _is_int(self.opt_level) or self.opt_level not in (0, 1, 2, 3):
@@ -64,9 +77,16 @@ class Options:
             raise SparseccError(f"index_width must be None, 32 or 64, got {self.index_width!r}")
         if not isinstance(self.loop_order, str) or self.loop_order not in LOOP_ORDERS:
             raise SparseccError(f"loop_order must be one of {', '.join(LOOP_ORDERS)}; got {self.loop_order!r}")
+        if not isinstance(self.device, str) or self.device not in DEVICES:
+            raise SparseccError(f"device must be one of {', '.join(DEVICES)}; got {self.device!r}")
+        if self.gpu_arch is not None and (not isinstance(self.gpu_arch, str) or self.gpu_arch not in GPU_ARCHS):
+            raise SparseccError(f"gpu_arch must be None (the device's) or an NVIDIA architecture such as "
+                                f"'sm_80' or 'sm_90' ({', '.join(GPU_ARCHS)}); got {self.gpu_arch!r}")
 
     def key(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(asdict(self).items()))
+        """The options' part of the disk key.  ``device`` and ``gpu_arch`` are left out: the
+        compile target's part names them (``target=cuda;gpu_arch=sm_90``), resolved."""
+        return ",".join(f"{k}={v}" for k, v in sorted(asdict(self).items()) if k not in ("device", "gpu_arch"))
 
 
 DEFAULT = Options()

@@ -331,6 +331,10 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 raise SparseccError(f"kernel {kname!r}: expected a kernel from sc.compile, got {type(k).__name__}")
             if not _NAME.match(kname):
                 raise SparseccError(f"kernel name {kname!r} is not a C identifier")
+            if k.options.device != "cpu":
+                from ..errors import DeviceError
+                raise DeviceError(f"kernel {kname!r} is compiled for device={k.options.device!r}: ahead-of-time "
+                                  f"libraries hold CPU code only for now (docs/gpu.md)")
             stmt = k.stmt
             dts = dtype.get(kname) if isinstance(dtype, dict) else (dtype,) * len(stmt.operands)
             if dts is None or len(dts) != len(stmt.operands):

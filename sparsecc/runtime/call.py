@@ -33,7 +33,7 @@ from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format,
                        own_widths)
 from .results import result_view, wrap
 from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
-                             _without_coiterated_blocks, huge_dimension, sparse_result_orders, specialize)
+                             _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
 from .validate import check_widths, known_orders, validate
 
 if TYPE_CHECKING:
@@ -232,6 +232,8 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
             continue
         fmts.append(_resolve_cached(spec or own, self._ranks[name], what, block))
     fmts = _without_coiterated_blocks(fmts)
+    if self.options.device != "cpu":
+        fmts = gpu_formats(self.stmt, fmts)     # a GPU loop needs a dense outer level (docs/gpu.md)
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
     if out_fmt is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import FormatError, OperandError, SparseccError
+from ..errors import DeviceError, FormatError, OperandError, SparseccError
 from ..expr import Statement, accesses, describe
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
@@ -24,7 +24,7 @@ from . import call as _call
 from .call import _CallInfo, bind_named
 from .loader import STATS, Stats
 from .operands import INT32_MAX
-from .specialization import (Compiled, _bare_bsr, _check_block_result, _result_block, _result_dtype,
+from .specialization import (Compiled, gpu_formats, _bare_bsr, _check_block_result, _result_block, _result_dtype,
                              compile_specialization, loaded_specialization, result_format_for, specialize)
 
 __all__ = ["Kernel", "Specialization", "STATS", "Stats", "Compiled", "specialize", "bind_named",
@@ -59,6 +59,8 @@ class Kernel:
         self._last: Compiled | None = None
         self._out_cache: dict = {}
         self._library: dict | None = None   # set by sc.aot.load: the only specializations
+        if options.device != "cpu":
+            self.__class__ = DeviceKernel   # its call checks for device-resident operands first
         for name, spec in formats.items():
             if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
@@ -122,6 +124,11 @@ class Kernel:
         if fmt.is_dense:
             got = None
         else:
+            if self.options.device != "cpu":
+                raise DeviceError(f"'{self.source}' has a sparse result ({fmt}), which cannot run with "
+                                  f"device={self.options.device!r}: MLIR's sparsifier keeps kernels with sparse "
+                                  f"outputs entirely on the CPU (no GPU code); ask for a dense result "
+                                  f"(out_format='dense') or run it on the CPU")
             check_sparse_result(self.stmt, sparse)
             _check_block_result(fmt, sparse, shape)
             want = self.options.index_width
@@ -161,8 +168,12 @@ class Kernel:
 
     def ir(self, stage: str = "mlir") -> str:
         """The kernel's IR at ``stage``: ``mlir`` (as emitted), ``sparsified``, ``llvm-dialect``
-        or ``llvm``.  Of the last call's specialization, or float64 operands if never called."""
+        or ``llvm``; for ``device="cuda"`` also ``gpu`` (the loops outlined into a
+        ``gpu.module``, before lowering) and ``ptx`` (the PTX embedded in the library; needs
+        no device).  Of the last call's specialization, or float64 operands if never called."""
         stages = ("mlir", "sparsified", "llvm-dialect", "llvm")
+        if self.options.device == "cuda":
+            stages += ("gpu", "ptx")
         if stage not in stages:
             raise SparseccError(f"unknown stage {stage!r}; stages: {', '.join(stages)}")
         comp = self._last
@@ -172,8 +183,44 @@ class Kernel:
                 spec = self.formats.get(n) or "dense"
                 w = self.options.index_width or 32
                 fmts.append(resolve(spec, self._ranks[n], describe(n)).with_widths(w, w))
+            if self.options.device != "cpu":
+                fmts = [f if f.is_dense else f.with_widths(w, w) for f in gpu_formats(self.stmt, fmts)]
             out = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense), ())
             comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
         if stage == "mlir":
             return comp.mlir
-        return comp.stages()[stage]
+        got = comp.stages()
+        if stage == "ptx" and not got.get("ptx"):
+            import json
+
+            from .targets import no_gpu_code_reason
+            with open(comp.info_path) as f:
+                raise DeviceError(no_gpu_code_reason(json.load(f)))
+        return got[stage]
+
+
+class DeviceKernel(Kernel):
+    """A kernel for ``device="cuda"``: the same call path, after refusing operands that live
+    on the GPU (the CPU kernels' calls stay as they were)."""
+
+    def __call__(self, *args, **kwargs):
+        _device_operands(self.source, args, kwargs)
+        return _call.call(self, *args, **kwargs)
+
+
+def _device_operands(source: str, args, kwargs) -> None:
+    """Operands that live on a GPU (CuPy, torch CUDA tensors, anything with
+    ``__cuda_array_interface__`` or a DLPack device other than the CPU): not taken yet.
+    The hook for them (docs/gpu.md): launch the PTX (``k.ir("ptx")``, entry ``kernel0``)
+    with their device pointers instead of the host code's copies."""
+    for x in list(args) + list(kwargs.values()):
+        on_gpu = hasattr(x, "__cuda_array_interface__")
+        if not on_gpu and hasattr(x, "__dlpack_device__"):
+            try:
+                on_gpu = int(x.__dlpack_device__()[0]) != 1       # kDLCPU
+            except Exception:                                     # noqa: BLE001 - not a DLPack device
+                on_gpu = False
+        if on_gpu:
+            raise DeviceError(f"'{source}': {type(x).__module__}.{type(x).__name__} operands live on the GPU; "
+                              f"sparsecc takes host operands only (NumPy/SciPy, copied to the device and back) - "
+                              f"device-resident operands are not supported yet (docs/gpu.md)")

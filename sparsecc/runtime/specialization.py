@@ -308,6 +308,38 @@ def _in_dimension_order(fmt: Format | None) -> Format | None:
 _CSR = Format.csr()
 
 
+def gpu_formats(stmt: Statement, fmts: list[Format]) -> list[Format]:
+    """``device="cuda"``: the formats operands run in so that the kernel has a GPU loop.
+    MLIR moves only a dense outer loop over an output index to the GPU (each thread owns
+    whole output rows: no atomics); a sparse matrix or tensor stored with a compressed outer
+    level (COO, DCSR, CSF) or with a summed index outermost (CSC in ``ij,j->i``) gets none.
+    The kernel's only sparse operand of rank >= 2 is then stored with a dense outer level
+    over its first output index, its other levels compressed, in their order (CSC and COO
+    SpMV run as CSR, column sums ``ij->j`` as CSC); its stored entries are unchanged.
+    ``Kernel.last_formats()`` shows what ran.  Several sparse operands, blocks, or no output
+    index: unchanged (a clear DeviceError when that has no GPU code)."""
+    sparse = [k for k, f in enumerate(fmts) if not f.is_dense]
+    if len(sparse) != 1:
+        return fmts
+    k = sparse[0]
+    f = fmts[k]
+    rank = len(f.levels)
+    if f.block is not None or rank < 2:
+        return fmts
+    acc = next(a for a in accesses(stmt.expr) if a.tensor == stmt.operands[k])
+    outs = [d for d in range(rank) if acc.indices[d] in stmt.indices]
+    if not outs:
+        return fmts
+    lead = min(outs, key=lambda d: stmt.indices.index(acc.indices[d]))
+    order = f.order or tuple(range(rank))
+    if f.levels[0] == "dense" and order[0] == lead:
+        return fmts
+    order = (lead,) + tuple(d for d in order if d != lead)
+    out = list(fmts)
+    out[k] = Format(("dense",) + ("compressed",) * (rank - 1), order, None, f.pos_width, f.crd_width)
+    return out
+
+
 def _without_coiterated_blocks(fmts: list[Format]) -> list[Format]:
     """Block-sparse operands run as CSR when another operand is sparse too: MLIR 22 mixes up
     coordinates when it co-iterates demapped blocks with some sparse operands (found by the

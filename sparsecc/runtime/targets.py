@@ -109,8 +109,11 @@ def from_request(req: dict) -> Target:
     return make(req.get("name"), req["params"])
 
 
-def resolve(options, name: str = DEFAULT) -> Target:
-    """The target ``options`` compile for, resolved on this machine (cached by its kind)."""
+def resolve(options, name: str | None = None) -> Target:
+    """The target ``options`` compile for (``name``, else ``options.device``), resolved on
+    this machine (cached by its kind)."""
+    if name is None:
+        name = getattr(options, "device", DEFAULT)
     kind = KINDS.get(name)
     if kind is None:
         raise InternalError(f"no compile target named {name!r} (known: {', '.join(sorted(KINDS))})")
@@ -206,7 +209,169 @@ def _cpu_load(path: str, info: dict) -> ctypes.CDLL:
 CPU = TargetKind(name="cpu", resolve=_cpu_resolve, key_params=("cpu", "features", "openmp"), facts=_cpu_facts,
                  lower=lower, codegen=_cpu_codegen, link=_cpu_link, load=_cpu_load)
 
+# ----------------------------------------------------------------------------- cuda
+# (issue 17, docs/gpu.md.)  The host code is compiled and linked like the CPU's and called
+# through the same packed entry; it calls libmlir_cuda_runtime.so's mgpu* functions, left
+# undefined in the library and resolved at load from the runtime, which the loader opens
+# globally first - only after probing the driver with ctypes (an MLIR ExecutionEngine or a
+# dlopen of the runtime without libcuda aborts or fails; the kernel library's constructor
+# loads the embedded PTX, which needs a device).  Nothing here runs at ``import sparsecc``.
+
+def _mlir_lib(name: str) -> str:
+    import importlib.util
+    spec = importlib.util.find_spec("mlir")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "lib", name)
+        if os.path.exists(path):
+            return path
+    return ""
+
+
+#: where the driver is looked for (a test points it at a stub)
+CUDA_DRIVER = os.environ.get("SPARSECC_CUDA_DRIVER", "libcuda.so.1")
+
+
+@lru_cache(maxsize=None)
+def cuda_probe(driver: str = "") -> tuple[str, str]:
+    """``(problem, arch)``: why no kernel can run on a CUDA device here (empty: none), and
+    the first device's architecture (``sm_XY``; empty without one).  Only ctypes calls of
+    the driver (cuInit, cuDeviceGetCount, cuDeviceGetAttribute): never the MLIR runtime."""
+    driver = driver or CUDA_DRIVER
+    try:
+        cu = ctypes.CDLL(driver)
+    except OSError as err:
+        return f"no CUDA driver/device: the NVIDIA driver ({driver}) cannot be loaded ({err})", ""
+    try:
+        rc = cu.cuInit(0)
+        if rc:
+            return f"no CUDA driver/device: cuInit failed with CUDA error {rc}", ""
+        n = ctypes.c_int(0)
+        rc = cu.cuDeviceGetCount(ctypes.byref(n))
+        if rc or n.value < 1:
+            return f"no CUDA driver/device: the driver sees no device (cuDeviceGetCount: error {rc}, {n.value} devices)", ""
+        dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        if cu.cuDeviceGet(ctypes.byref(dev), 0):
+            return "no CUDA driver/device: cuDeviceGet(0) failed", ""
+        cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)    # COMPUTE_CAPABILITY_MAJOR
+        cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)    # COMPUTE_CAPABILITY_MINOR
+    except AttributeError as err:           # not a CUDA driver
+        return f"no CUDA driver/device: {driver} is not a CUDA driver ({err})", ""
+    return "", f"sm_{major.value}{minor.value}" if major.value else ""
+
+
+def _arch_number(arch: str) -> int:
+    return int("".join(c for c in arch[3:] if c.isdigit()) or 0)
+
+
+@lru_cache(maxsize=None)
+def _cuda_target(gpu_arch: str | None) -> Target:
+    from ..passes import gpu
+    arch = gpu_arch
+    if arch is None:                        # the device's, else the documented default
+        arch = cuda_probe()[1] or gpu.DEFAULT_ARCH
+    import hashlib
+    return make("cuda", {"gpu_arch": arch, "ptx": gpu.PTX_FEATURES,
+                         "tables": hashlib.sha256(gpu.fingerprint().encode()).hexdigest()[:16]})
+
+
+def _cuda_resolve(options) -> Target:
+    return _cuda_target(options.gpu_arch)
+
+
+def _cuda_facts(target: Target):
+    from ..passes.gpu import GpuFacts
+    return GpuFacts(arch=target.param("gpu_arch"))
+
+
+def _cuda_lower(module, options, facts):
+    from ..passes import gpu
+    return gpu.lower(module, options, facts, facts.arch)
+
+
+def _cuda_codegen(llvm_ir: str, target: Target, options, exported: str) -> tuple[str, bytes]:
+    """The host module (PTX embedded as a constant, a constructor that loads it through
+    mgpuModuleLoadJIT): compiled for this machine's CPU like a CPU kernel."""
+    return _cpu_codegen(llvm_ir, _cpu_target(None), options, exported)
+
+
+def _cuda_link(obj: bytes, out: str, target: Target, info: dict, entry: str, cc: str) -> None:
+    """Like the CPU's, without OpenMP; the mgpu* symbols stay undefined (see above)."""
+    _cpu_link(obj, out, _cpu_target(None).replace(openmp_lib=""), {**info, "openmp": False}, entry, cc)
+
+
+class NoDevice:
+    """What the cuda loader gives for a kernel that cannot run here: its entry raises
+    :class:`DeviceError` (``reason``) when called - after the operands were checked, before
+    any native code.  Compiling and ``k.ir("ptx")`` work without a device."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        self._handle = ctypes.CDLL(None)._handle     # no sparsecc_num_threads: not threaded
+        self.sparsecc_entry = _Raise(reason)
+
+
+class _Raise:
+    def __init__(self, reason: str):
+        self.reason, self.restype, self.argtypes = reason, None, None
+
+    def __call__(self, *args):
+        from ..errors import DeviceError
+        raise DeviceError(self.reason)
+
+
+#: why a kernel has no GPU code, by what its compile chose (info["parallel"])
+NO_GPU_CODE = ("this kernel has no GPU code, so it cannot run with device='cuda' (never silently on the "
+               "CPU): {why}")
+
+
+def no_gpu_code_reason(info: dict) -> str:
+    if info.get("parallel", "none") == "none":
+        why = ("the outer loop of its loop nest carries a reduction into the output (for example "
+               "CSC SpMV/SpMM, a sum to a scalar), and a parallel reduction loop without atomics "
+               "would race; store the matrix row-wise (CSR)")
+    else:
+        why = ("MLIR's sparsifier made no parallel GPU loop of its outer loop (a compressed outer "
+               "level, or several sparse operands co-iterated, is iterated serially); use one sparse "
+               "operand, or operands with a dense outer level (CSR)")
+    return NO_GPU_CODE.format(why=why)
+
+
+_cuda_loaded = False
+
+
+def _cuda_load(path: str, info: dict):
+    """Probe the driver (ctypes), check the architecture, then load libmlir_cuda_runtime.so
+    globally and the kernel library; otherwise a :class:`NoDevice` that raises at the call."""
+    global _cuda_loaded
+    if not (info.get("stages") or {}).get("ptx"):
+        return NoDevice(no_gpu_code_reason(info))
+    problem, dev_arch = cuda_probe()
+    if problem:
+        return NoDevice(problem)
+    import re
+    m = re.search(r"\.target\s+(sm_\w+)", info["stages"]["ptx"])
+    want = m.group(1) if m else ""
+    if want and dev_arch and _arch_number(want) > _arch_number(dev_arch):
+        return NoDevice(f"the kernel was compiled for {want}, but the device is {dev_arch}: "
+                        f"use sc.Options(gpu_arch={dev_arch!r}) or gpu_arch=None (the device's)")
+    if not _cuda_loaded:
+        runtime = _mlir_lib("libmlir_cuda_runtime.so")
+        if not runtime:
+            return NoDevice("no CUDA runtime: libmlir_cuda_runtime.so is not in the MLIR tools package")
+        try:
+            import mlir.ir  # noqa: F401  (loads libLLVM.so, which the runtime library needs)
+            ctypes.CDLL(runtime, mode=ctypes.RTLD_GLOBAL)
+        except OSError as err:
+            return NoDevice(f"no CUDA runtime: {runtime} cannot be loaded ({err})")
+        _cuda_loaded = True
+    return ctypes.CDLL(path)
+
+
+CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "ptx", "tables"),
+                  facts=_cuda_facts, lower=_cuda_lower, codegen=_cuda_codegen, link=_cuda_link,
+                  load=_cuda_load)
+
 #: every target kind, by name
-KINDS: dict[str, TargetKind] = {CPU.name: CPU}
+KINDS: dict[str, TargetKind] = {CPU.name: CPU, CUDA.name: CUDA}
 
 __all__ = ["DEFAULT", "KINDS", "Target", "TargetKind", "from_request", "make", "resolve"]
