@@ -182,7 +182,17 @@ class Format:
         return f"#sparse_tensor.encoding<{{ map = ({dims}) -> ({', '.join(lv)}){widths} }}>"
 
     def __str__(self) -> str:
-        return self.name or self.encoding()
+        """The preset name, with what the name alone does not say: a CSF level order other than
+        the identity (``csf(2,0,1)``, as ``sc.explore`` labels its candidates) and fixed index
+        widths (``csr[posWidth=32,crdWidth=32]``); a format without a name prints its MLIR
+        encoding."""
+        if not self.name:
+            return self.encoding()
+        text = self.name
+        if text == "csf" and tuple(self.order) != tuple(range(self.rank)):
+            text += "(" + ",".join(map(str, self.order)) + ")"
+        widths = [f"{k}={w}" for k, w in (("posWidth", self.pos_width), ("crdWidth", self.crd_width)) if w]
+        return text + (f"[{','.join(widths)}]" if widths else "")
 
     # ------------------------------------------------------------------ presets
     @staticmethod

@@ -76,7 +76,7 @@ for code in blocks:
 
 
 def _run_apart(codes, tmp_path, fresh_cache):
-    env = dict(os.environ)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     if fresh_cache:
         env["SPARSECC_CACHE_DIR"] = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-c", _DRIVER], input=json.dumps(codes), capture_output=True, text=True,
