@@ -86,32 +86,63 @@ def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
     return k
 
 
-_OUT_DOC = """
-    ``out_format``: the result's format - ``"dense"`` (a NumPy array), ``"csr"``, ``"csc"``,
-    ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (or ``"bsr"``: the largest of 4, 3,
-    2 dividing each dimension; dense operands only in MLIR 22), an MLIR map or a Format (a
-    SciPy array: csr/csc/bsr where SciPy has the layout, else an N-d coo_array).  ``None``
-    follows the pattern rules (docs/sparse-results.md): dense for rank 0/1 results and for
-    patterns dense in some dimension, else CSR (rank 2) or COO (rank 3+).
-    ``prune``: drop stored zeros from a sparse result (entries that cancel are kept otherwise).
-    ``check``: validate every operand's buffers before native code runs (index ranges, index
-    pointers, lengths; O(nnz), vectorized).  ``check=False`` skips it: unsafe, for trusted hot
-    loops only - a malformed operand is then a wild memory access.
-"""
-
-
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
             check: bool = True, semiring=None, autotune: bool = False, device: str | None = None,
             **named_formats) -> Kernel:  # noqa: A001
-    """A reusable kernel.
+    """Compile an expression into a reusable kernel.
 
-    ``sc.compile("ij,j->i", "csr", "dense")`` (einsum: one format per operand, by position) or
-    ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by operand name).
-    An operand without a format runs in its own (a csr_array as CSR, a NumPy array dense).
-    ``autotune=True``: the first call explores formats for the operands without one (a list
-    of formats: the candidates for that operand) on its operands, remembers the choice on
-    disk, and every call runs the chosen kernel (docs/explore.md).
-    ``device``: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU (docs/gpu.md).
+    ``sc.compile("ij,j->i", "csr", "dense")`` (einsum subscripts: one format per operand, by
+    position) or ``sc.compile("y[i] = A[i,j] * x[j]", A="csr")`` (index notation: formats by
+    operand name). Nothing compiles until the first call; each combination of formats,
+    dtypes and index widths seen in calls compiles once and is cached in memory and on disk.
+    Shapes are not part of a kernel: one kernel serves operands of every size.
+
+    Args:
+        expr: Einsum subscripts (``"ij,j->i"``, ellipsis allowed) or an index-notation
+            statement (``"y[i] = A[i,j] * x[j]"``).
+        *formats (str | Format | list | None): One format per operand, by position (einsum; for index notation: in the
+            order operands first appear). ``None`` or a missing entry keeps the operand's own
+            format at call time (a ``csr_array`` as CSR, a NumPy array dense). A format is a
+            name (``"csr"``, ``"csc"``, ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``,
+            ``"bsr4x4"``, ``"dense"``), an MLIR level map or an ``sc.Format``. With
+            ``autotune=True``, a list of formats gives the candidates for that operand.
+        options: Code generation options (``sc.Options``); ``None``: the defaults.
+        out_format (str | Format | None): The result's format. ``"dense"`` gives a NumPy array; ``"csr"``, ``"csc"``,
+            ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (``"bsr"``: the largest of
+            4, 3, 2 dividing each dimension; dense operands only), an MLIR level map or an
+            ``sc.Format`` give a SciPy array (csr/csc/bsr where SciPy has the layout, else an N-d
+            ``coo_array``). ``None`` follows the pattern rules (docs: Sparse results): dense for
+            rank 0/1 results and patterns dense in some dimension, else CSR (rank 2) or COO.
+        prune: Drop stored zeros from a sparse result (entries that cancel are kept otherwise).
+        check: Validate every operand's buffers before native code runs (index ranges, index
+            pointers, lengths; O(nnz), vectorized). ``False`` skips it: for trusted inputs in
+            hot loops only, since a malformed operand is then a wild memory access.
+        semiring (str | Semiring | None): Einsum only: ``"min_plus"``, ``"lor_land"``, ``"plus_pair"``, ... or an
+            ``sc.Semiring``: the product over that semiring, with GraphBLAS's rules (only stored
+            entries take part). In index notation, write the monoid in the statement instead.
+        autotune: The first call explores formats for the operands without a fixed one on its
+            operands (``sc.explore``), remembers the choice on disk, and every call runs the
+            chosen kernel. Not with a semiring or an ellipsis.
+        device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
+            are copied to the GPU and the result back (docs: GPU).
+        **named_formats (str | Format | list | None): Index notation only: formats by operand name (``A="csr"``).
+
+    Returns:
+        A callable kernel: ``k(A, x)`` or ``k(A=A, x=x)`` returns the result (a NumPy array or
+        a SciPy sparse array); ``k.ir()`` shows the MLIR. An ``AutotunedKernel`` with
+        ``autotune=True``; an ``EinsumFamily`` (one kernel per operand ranks) for subscripts
+        with an ellipsis.
+
+    Raises:
+        ParseError: The expression or subscripts are malformed.
+        ShapeError: Operand shapes do not agree with the expression.
+        FormatError: A format is unknown or does not fit its operand.
+        DTypeError: An operand's dtype is not supported.
+        OperandError: An operand is missing, extra, malformed (bad index arrays) or of an
+            unsupported type.
+        SparseccError: Any other misuse (a bad ``options``, ``prune`` or ``check`` value).
+        CompileError: MLIR or LLVM could not compile the kernel (a known limitation or a
+            compiler crash; the Python process keeps running).
     """
     options = _on_device(options, device)
     if autotune:
@@ -138,14 +169,51 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     Subscripts as in NumPy, ellipsis (``"...ij,...jk->...ik"``) and size-1 broadcasting
-    included, or NumPy's sublist form ``sc.einsum(A, [0, 1], x, [1], [0])``.
-    ``formats``: one format per operand (``None`` entries keep the operand's own).
-    ``semiring``: ``"min_plus"``, ``"lor_land"``, ... or ``sc.Semiring(add, mul, identity)``:
-    the product over that semiring, with GraphBLAS's rules - only stored entries take part,
-    and an output entry with no term gets the identity (dense result) or is not stored
-    (sparse result); docs/semirings.md.
-    ``device``: ``"cpu"`` (default) or ``"cuda"`` (NumPy/SciPy operands copied to the GPU and
-    the result back; docs/gpu.md).
+    included, or NumPy's sublist form ``sc.einsum(A, [0, 1], x, [1], [0])``. The result has
+    ``numpy.einsum``'s dtype. The kernel is compiled on the first call and cached.
+
+    Args:
+        subscripts (str): Einsum subscripts, e.g. ``"ij,j->i"`` (or the first operand, in the
+            sublist form).
+        *operands (numpy.ndarray | scipy.sparse array | scalar):
+            NumPy arrays, SciPy sparse arrays or matrices (csr, csc, coo, bsr natively;
+            dia, lil, dok converted to CSR), N-d ``coo_array``; Python scalars for 0-d operands.
+            They are read in place and never modified.
+        formats (Sequence | dict | None): One format per operand (a sequence; ``None`` entries keep the operand's own
+            format): a name such as ``"csr"``, an MLIR level map or an ``sc.Format``.
+        options: Code generation options (``sc.Options``); ``None``: the defaults.
+        out_format (str | Format | None): The result's format. ``"dense"`` gives a NumPy array; ``"csr"``, ``"csc"``,
+            ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (``"bsr"``: the largest of
+            4, 3, 2 dividing each dimension; dense operands only), an MLIR level map or an
+            ``sc.Format`` give a SciPy array (csr/csc/bsr where SciPy has the layout, else an N-d
+            ``coo_array``). ``None`` follows the pattern rules (docs: Sparse results): dense for
+            rank 0/1 results and patterns dense in some dimension, else CSR (rank 2) or COO.
+        prune: Drop stored zeros from a sparse result (entries that cancel are kept otherwise).
+        check: Validate every operand's buffers before native code runs (index ranges, index
+            pointers, lengths; O(nnz), vectorized). ``False`` skips it: for trusted inputs in
+            hot loops only, since a malformed operand is then a wild memory access.
+        semiring (str | Semiring | None): ``"min_plus"``, ``"lor_land"``, ... or ``sc.Semiring(add, mul, identity)``:
+            the product over that semiring, with GraphBLAS's rules: only stored entries take
+            part, and an output entry with no term gets the identity (dense result) or is not
+            stored (sparse result).
+
+        device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
+            are copied to the GPU and the result back (docs: GPU).
+    Returns:
+        result (numpy.ndarray | scipy.sparse.sparray): A NumPy array (dense results, 0-d for
+            a full contraction) or a SciPy sparse array (sparse results, see
+            ``out_format``), in buffers the kernel allocated.
+
+    Raises:
+        ParseError: The expression or subscripts are malformed.
+        ShapeError: Operand shapes do not agree with the expression.
+        FormatError: A format is unknown or does not fit its operand.
+        DTypeError: An operand's dtype is not supported.
+        OperandError: An operand is missing, extra, malformed (bad index arrays) or of an
+            unsupported type.
+        SparseccError: Any other misuse (a bad ``options``, ``prune`` or ``check`` value).
+        CompileError: MLIR or LLVM could not compile the kernel (a known limitation or a
+            compiler crash; the Python process keeps running).
     """
     options = _on_device(options, device)
     if not isinstance(subscripts, str):
@@ -331,10 +399,49 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
              out_format=None, prune: bool = False, check: bool = True, device: str | None = None, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``.
 
-    Operands by name, or by position in the order they first appear in the statement
-    (``sc.evaluate("y[i] = A[i,j] * x[j]", A, x)``).
-    ``formats``: a dict by operand name (``{"A": "csr"}``), or a sequence with one format
-    per operand in that same order.  ``device``: ``"cpu"`` (default) or ``"cuda"`` (docs/gpu.md)."""
+    The kernel is compiled on the first call and cached. Reductions are sums over indices
+    that do not appear on the left, or a monoid written out (``min[j](...)``, ``max[j]``,
+    ``times[j]`` ...).
+
+    Args:
+        statement: An index-notation statement (docs: The DSL).
+        *positional (numpy.ndarray | scipy.sparse array | scalar):
+            Operands by position, in the order they first appear in the statement
+            (``sc.evaluate("y[i] = A[i,j] * x[j]", A, x)``).
+        formats (Sequence | dict | None): A dict by operand name (``{"A": "csr"}``), or a sequence with one format per
+            operand in the order they first appear. Operands left out keep their own format.
+        options: Code generation options (``sc.Options``); ``None``: the defaults.
+        out_format (str | Format | None): The result's format. ``"dense"`` gives a NumPy array; ``"csr"``, ``"csc"``,
+            ``"coo"``, ``"dcsr"``, ``"dcsc"``, ``"csf"``, ``"bsrRxC"`` (``"bsr"``: the largest of
+            4, 3, 2 dividing each dimension; dense operands only), an MLIR level map or an
+            ``sc.Format`` give a SciPy array (csr/csc/bsr where SciPy has the layout, else an N-d
+            ``coo_array``). ``None`` follows the pattern rules (docs: Sparse results): dense for
+            rank 0/1 results and patterns dense in some dimension, else CSR (rank 2) or COO.
+        prune: Drop stored zeros from a sparse result (entries that cancel are kept otherwise).
+        check: Validate every operand's buffers before native code runs (index ranges, index
+            pointers, lengths; O(nnz), vectorized). ``False`` skips it: for trusted inputs in
+            hot loops only, since a malformed operand is then a wild memory access.
+        **operands (numpy.ndarray | scipy.sparse array | scalar):
+            Operands by name (``A=A, x=x``): NumPy arrays, SciPy sparse arrays,
+            Python scalars. They are read in place and never modified.
+
+        device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
+            are copied to the GPU and the result back (docs: GPU).
+    Returns:
+        result (numpy.ndarray | scipy.sparse.sparray): A NumPy array (dense results) or a
+            SciPy sparse array (sparse results).
+
+    Raises:
+        ParseError: The expression or subscripts are malformed.
+        ShapeError: Operand shapes do not agree with the expression.
+        FormatError: A format is unknown or does not fit its operand.
+        DTypeError: An operand's dtype is not supported.
+        OperandError: An operand is missing, extra, malformed (bad index arrays) or of an
+            unsupported type.
+        SparseccError: Any other misuse (a bad ``options``, ``prune`` or ``check`` value).
+        CompileError: MLIR or LLVM could not compile the kernel (a known limitation or a
+            compiler crash; the Python process keeps running).
+    """
     options = _on_device(options, device)
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
@@ -351,11 +458,11 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
     return _kernel(statement, formats, {}, options, out_format, prune, check)(*positional, **operands)
 
 
-for _f in (compile, einsum, evaluate):
-    _f.__doc__ += _OUT_DOC
-
-
 def cache_info() -> Stats:
-    """Counters: ``hits`` (calls served by a loaded kernel), ``disk_hits`` (kernels found
-    on disk), ``misses`` (compilations)."""
+    """The kernel cache's counters for this process.
+
+    Returns:
+        A named tuple ``(hits, disk_hits, misses)``: calls served by a kernel already loaded,
+        kernels loaded from the disk cache, and compilations.
+    """
     return Stats(STATS.hits, STATS.disk_hits, STATS.misses)

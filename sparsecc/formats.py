@@ -42,14 +42,26 @@ def _split_level(level: str) -> tuple[str, tuple[str, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class Format:
-    """How one operand is stored.
+    """How one operand is stored: MLIR's level types, a dimension order, block sizes and
+    index widths. The presets (``Format.csr()``, ``Format.csf(3, (2, 0, 1))``,
+    ``Format.bsr((4, 4))`` ...) and ``Format.parse("csr")`` build the usual ones; ``str()``
+    prints the preset name (with a CSF level order and fixed widths) or the MLIR encoding.
 
-    ``levels``: one MLIR level type per level, e.g. ``("dense", "compressed")`` for CSR.
-    ``order``: level ``l`` stores dimension ``order[l]`` (for block formats, the block
-    coordinate levels come first in this order, then the in-block offsets).
-    ``block``: block size per dimension for block-sparse formats (BSR), else ``None``.
-    ``pos_width`` / ``crd_width``: 32 or 64 bits, or ``None`` to choose per call (32 bits
-    where every dimension and stored count fits).
+    Args:
+        levels: One MLIR level type per level, e.g. ``("dense", "compressed")`` for CSR;
+            properties in parentheses (``"compressed(nonunique)"``, ``"singleton(soa)"``).
+        order: Level ``l`` stores dimension ``order[l]``; ``None``: dimension order. For
+            block formats, the block coordinate levels come first in this order, then the
+            in-block offsets.
+        block: The block size per dimension for block-sparse formats (BSR), else ``None``.
+        pos_width: 32 or 64-bit positions, or ``None`` to follow the operand (32 bits where
+            the stored count fits).
+        crd_width: 32 or 64-bit coordinates, or ``None`` likewise.
+        name: The preset's name, shown by ``str()``; empty for a custom format.
+
+    Raises:
+        FormatError: Unknown level types or properties, an order that is not a permutation,
+            levels that do not fit together (a singleton level after a unique one).
     """
 
     levels: tuple[str, ...]
@@ -182,7 +194,17 @@ class Format:
         return f"#sparse_tensor.encoding<{{ map = ({dims}) -> ({', '.join(lv)}){widths} }}>"
 
     def __str__(self) -> str:
-        return self.name or self.encoding()
+        """The preset name, with what the name alone does not say: a CSF level order other than
+        the identity (``csf(2,0,1)``, as ``sc.explore`` labels its candidates) and fixed index
+        widths (``csr[posWidth=32,crdWidth=32]``); a format without a name prints its MLIR
+        encoding."""
+        if not self.name:
+            return self.encoding()
+        text = self.name
+        if text == "csf" and tuple(self.order) != tuple(range(self.rank)):
+            text += "(" + ",".join(map(str, self.order)) + ")"
+        widths = [f"{k}={w}" for k, w in (("posWidth", self.pos_width), ("crdWidth", self.crd_width)) if w]
+        return text + (f"[{','.join(widths)}]" if widths else "")
 
     # ------------------------------------------------------------------ presets
     @staticmethod

@@ -35,16 +35,32 @@ def _is_int(v) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """``opt_level``: LLVM optimization level (0-3).  ``cpu``: target CPU name for LLVM
-    (``None``: this machine's CPU and features).  ``parallel``: how loops are spread over
-    threads (MLIR's ``parallelization-strategy``; ``"auto"`` lets sparsecc choose).
-    ``vector_length``: SIMD width of the sparsifier's vectorizer (0: scalar code).
-    ``index_width``: 32 or 64-bit positions and coordinates (``None``: 32 when they fit).
-    ``loop_order``: MLIR's loop-ordering strategy where it leaves a choice.
-    ``device``: ``"cpu"`` or ``"cuda"`` (also the ``device=`` argument of ``sc.einsum``,
-    ``sc.evaluate``, ``sc.compile``).  ``gpu_arch``: the NVIDIA architecture a ``cuda``
-    kernel's PTX is generated for, e.g. ``"sm_90"`` (``None``: the device's, or ``sm_90``
-    where no device can be asked; docs/gpu.md)."""
+    """Code generation options: a frozen, hashable object; every field but ``device`` and ``gpu_arch`` (in the target's key) is part of the
+    kernel cache key (the thread count is not: it is a run-time setting).
+
+    Args:
+        opt_level: LLVM's optimization level, 0 to 3.
+        cpu: The target CPU for LLVM: ``None`` for this machine's CPU and all its features,
+            or an LLVM CPU name (``"x86-64"``, ``"x86-64-v3"``, ``"skylake"`` ...).
+        parallel: Which loops run in parallel (MLIR's ``parallelization-strategy``):
+            ``"auto"`` (sparsecc chooses: the outer loop when it writes a dense result),
+            ``"none"``, ``"dense-outer-loop"``, ``"any-storage-outer-loop"``,
+            ``"dense-any-loop"``, ``"any-storage-any-loop"``.
+        vector_length: ``0`` for scalar code (LLVM may still vectorize), or a power of two
+            for MLIR's sparse vectorizer.
+        index_width: 32 or 64-bit positions and coordinates of formats built by sparsecc;
+            ``None``: 32 where they fit.
+        loop_order: ``"default"`` or ``"dense-outer"`` (MLIR's loop-ordering strategy, where
+            the formats leave a choice).
+
+        device: ``"cpu"`` or ``"cuda"`` (also the ``device=`` argument of ``sc.einsum``,
+            ``sc.evaluate``, ``sc.compile``).
+        gpu_arch: The NVIDIA architecture a ``cuda`` kernel's PTX is generated for, e.g.
+            ``"sm_90"`` (``None``: the device's, or ``sm_90`` where no device can be asked).
+    Raises:
+        SparseccError: A field has the wrong type or an unknown value (an unknown CPU name
+            included).
+    """
 
     opt_level: int = 3
     cpu: str | None = None

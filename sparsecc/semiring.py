@@ -30,16 +30,24 @@ ADDS = tuple(r for r in REDUCTIONS if r != "sum")
 
 @dataclass(frozen=True)
 class Semiring:
-    """A semiring ``(add, multiply)`` with the add monoid's ``identity``.
+    """A semiring ``(add, multiply)`` with the add monoid's ``identity``, for
+    ``einsum(..., semiring=...)`` and ``compile(..., semiring=...)``.
 
-    ``add``: a monoid - ``"plus"``, ``"times"``, ``"min"``, ``"max"``, ``"lor"`` or ``"land"``.
-    ``mul``: a multiply operator name (``"times"``, ``"plus"``, ``"minus"``, ``"div"``,
-    ``"min"``, ``"max"``, ``"land"``, ``"lor"``, ``"lxor"``, ``"pair"``, ``"first"``,
-    ``"second"``, ``"pow"``) or an expression in ``a`` and ``b`` in index notation's syntax
-    (``"a * b + 1"``, ``"max(a, b) - 1"``): the value of one term from a stored pair.
-    ``identity``: the value a reduction starts from (default: the monoid's own: 0 for plus,
-    1 for times, +inf for min, -inf for max, False for lor, True for land); an output entry
-    with no term gets it in a dense result.
+    Args:
+        add: The add monoid: ``"plus"``, ``"times"``, ``"min"``, ``"max"``, ``"lor"`` or
+            ``"land"``.
+        mul: A multiply operator name (``"times"``, ``"plus"``, ``"minus"``, ``"div"``,
+            ``"min"``, ``"max"``, ``"land"``, ``"lor"``, ``"lxor"``, ``"pair"``, ``"first"``,
+            ``"second"``, ``"pow"``) or an expression in ``a`` and ``b`` in index notation's
+            syntax (``"a * b + 1"``, ``"max(a, b) - 1"``): the value of one term from a
+            stored pair.
+        identity: The value a reduction starts from; ``None``: the monoid's own (0 for plus,
+            1 for times, +inf for min, -inf for max, False for lor, True for land). An output
+            entry with no term gets it in a dense result.
+        name: A name to show; ``None`` for none.
+
+    Raises:
+        SparseccError: An unknown monoid, operator or malformed expression.
     """
 
     add: str

@@ -154,7 +154,7 @@ def test_small_run_writes_json_and_png(tmp_path, capsys):
     assert r["results"][2]["cold_compile"] is False        # same kernel as the first row
     md = (tmp_path / "r.md").read_text().splitlines()
     assert md[0].startswith("| kernel | input |") and len(md) == 2 + 3
-    assert md[2].startswith("| spmv | uniform | 20000x20000 / ") and "<= 1 (1 thread)" in md[2]
+    assert md[2].startswith("| spmv | uniform | 20000x20000 / ") and "<= 1" not in md[2]    # targets: --targets
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -196,4 +196,6 @@ def test_run_case_with_a_wrong_result_directly():
 def test_cli_lists_the_suite(capsys):
     assert cli(["bench", "--list", "--no-real"]) == 0
     out = capsys.readouterr().out
-    assert "spmv:uniform" in out and "mttkrp:uniform" in out and "target <= 0.5" in out
+    assert "spmv:uniform" in out and "mttkrp:uniform" in out and "target" not in out
+    assert cli(["bench", "--list", "--no-real", "--targets"]) == 0
+    assert "target <= 0.5" in capsys.readouterr().out

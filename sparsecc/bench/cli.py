@@ -20,7 +20,7 @@ from .bandwidth import stream_probe
 from .baselines import _torch
 from .cases import IB, VB, Case, cases, select
 from .real import real_matrices
-from .report import chart, markdown, table
+from .report import LEGEND, chart, markdown, table
 from .runner import _torch_threads, all_cores, run_case
 
 SCHEMA = "sparsecc-bench/1"
@@ -53,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None,
                    help="kernel cache folder (default: a fresh temporary one, so compile times are cold)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--targets", action="store_true",
+                   help="also show the development targets (ratio ceilings) per row and whether this run met them")
     p.add_argument("--list", action="store_true", help="list the kernels and inputs, run nothing")
 
 
@@ -65,7 +67,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     if args.list:
         for c in suite:
             print(f"{c.id:22} {c.expr:28} formats={','.join(c.formats)}"
-                  f"{'  target <= ' + format(c.target, 'g') if c.target else ''}", file=out)
+                  f"{'  target <= ' + format(c.target, 'g') if c.target and args.targets else ''}", file=out)
         return 0
 
     saved = os.environ.get("SPARSECC_CACHE_DIR")
@@ -101,7 +103,10 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
         for c in suite:
             r = run_case(c, threads=threads, repeat=args.repeat, budget=budget, stream=stream, seed=args.seed)
             rows.append(r)
-            print(table([r]).splitlines()[-1] if rows[1:] else table([r]), file=out, flush=True)
+            if not rows[1:]:
+                print(LEGEND + "\n", file=out)
+            tab = table([r], targets=getattr(args, "targets", False))
+            print(tab.splitlines()[-1] if rows[1:] else tab, file=out, flush=True)
     finally:
         if saved is None:
             os.environ.pop("SPARSECC_CACHE_DIR", None)
@@ -134,22 +139,23 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=float)
     if args.png:
-        chart(rows, args.png, f"sparsecc {report['machine']['sparsecc']} on {report['machine']['cpu']}, "
+        chart(rows, args.png, targets=getattr(args, "targets", False), title=f"sparsecc {report['machine']['sparsecc']} on {report['machine']['cpu']}, "
                               f"{threads} thread(s){' (small)' if args.small else ''}")
     print(file=out)
     for r in rows:
         for name, chk in r.get("baseline_checks", {}).items():
             if not chk["ok"]:
                 print(f"note: baseline {name} disagrees on {r['id']}: {chk['detail']}", file=out)
-    print(f"targets met: {len(report['summary']['targets_met'])} of "
-          f"{sum(1 for r in rows if r.get('target'))}"
-          f"{'; missed: ' + ', '.join(missed) if missed else ''}"
-          f"{'; thread targets missed: ' + ', '.join(thr_missed) if thr_missed else ''}", file=out)
+    if getattr(args, "targets", False):
+        print(f"targets met: {len(report['summary']['targets_met'])} of "
+              f"{sum(1 for r in rows if r.get('target'))}"
+              f"{'; missed: ' + ', '.join(missed) if missed else ''}"
+              f"{'; thread targets missed: ' + ', '.join(thr_missed) if thr_missed else ''}", file=out)
     if failed:
         print(f"FAILED (wrong result or error): {', '.join(failed)}", file=out)
     if getattr(args, "markdown", None):
         with open(args.markdown, "w") as f:
-            f.write(markdown(rows) + "\n")
+            f.write(markdown(rows, targets=getattr(args, "targets", False)) + "\n")
     written = [p for p in (args.json, args.png, getattr(args, "markdown", None)) if p]
     if written:
         print(f"wrote {', '.join(written)}", file=out)

@@ -19,43 +19,62 @@ def _why(r: dict, width: int = 150) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def table(rows: list[dict]) -> str:
-    hdr = (f"{'kernel':10}{'input':11}{'sparsecc':>10}{'1 thr':>10}{'spdup':>6}{'baseline':>17}{'ratio':>7}"
-           f"{'target':>8}{'met':>11}{'torch':>10}{'r.torch':>8}{'GFLOP/s':>8}{'GB/s':>7}{'%BW':>5}{'comp s':>7}")
+LEGEND = ("times: median per call in ms (us: microseconds); "
+          "ratio = sparsecc time / baseline time (below 1: sparsecc is faster); speedup = 1-thread time / "
+          "all-cores time;\n%BW = GB/s against the measured DRAM read bandwidth (inputs that fit in the CPU "
+          "caches can exceed 100%)")
+
+
+def _target_cells(r: dict) -> tuple[str, str]:
+    tgt, tt = r.get("target"), r.get("thread_target")
+    met = "-" if tgt is None else ("yes" if tgt["met"] else "NO")
+    if tt is not None and tt["met"] is False:
+        met += ", threads NO" if tgt else "threads NO"
+    return ("<= " + _fmt(tgt["ratio"], "g") if tgt else "-"), met
+
+
+def table(rows: list[dict], targets: bool = False) -> str:
+    """The text table, one line per row.  ``targets``: add the development targets' columns."""
+    cols = [("kernel", 9, "<"), ("input", 10, "<"), ("sparsecc", 9, ">"), ("1 thread", 9, ">"),
+            ("speedup", 7, ">"), ("baseline", 16, ">"), ("ratio", 6, ">")]
+    if targets:
+        cols += [("target", 7, ">"), ("met", 14, "<")]
+    cols += [("torch", 9, ">"), ("r.torch", 7, ">"), ("GFLOP/s", 7, ">"), ("GB/s", 6, ">"), ("%BW", 4, ">"),
+             ("compile s", 9, ">")]
+
+    def line(cells):
+        return "  ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, cols)).rstrip()
+
+    hdr = line([c[0] for c in cols])
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
         if not r["ok"]:
-            lines.append(f"{r['kernel']:10}{r['input']:11}  FAILED  {_why(r)}")
+            lines.append(f"{r['kernel']:9}  {r['input'][:10]:10}  FAILED  {_why(r)}")
             continue
         bases = r["baselines"]
         ref = next(iter(bases))
-        tgt = r.get("target")
-        met = "-" if tgt is None else ("yes" if tgt["met"] else "NO")
-        tt = r.get("thread_target")
-        if tt is not None and tt["met"] is False:
-            met += " / thr NO" if tgt else "thr NO"
         torch = bases.get("torch")
-        lines.append(
-            f"{r['kernel']:10}{r['input'][:10]:11}{_ms(r['sparsecc_ms']):>10}{_ms(r['sparsecc_1t_ms']):>10}"
-            f"{_fmt(r['thread_speedup']):>6}{ref:>7}{_ms(bases[ref]['ms']):>10}{_fmt(bases[ref]['ratio']):>7}"
-            f"{'<=' + _fmt(tgt['ratio'], 'g') if tgt else '-':>8}{met:>11}"
-            f"{_ms(torch['ms']) if torch else '-':>10}{_fmt(torch['ratio']) if torch else '-':>8}"
-            f"{_fmt(r['gflops']):>8}{_fmt(r['gbs'], '.1f'):>7}"
-            f"{_fmt(None if r['bw_fraction'] is None else 100 * r['bw_fraction'], '.0f'):>5}"
-            f"{_fmt(r['compile_s']):>7}")
+        cells = [r["kernel"], r["input"][:10], _ms(r["sparsecc_ms"]), _ms(r["sparsecc_1t_ms"]),
+                 _fmt(r["thread_speedup"]), f"{ref} {_ms(bases[ref]['ms'])}", _fmt(bases[ref]["ratio"])]
+        if targets:
+            cells += list(_target_cells(r))
+        cells += [_ms(torch["ms"]) if torch else "-", _fmt(torch["ratio"]) if torch else "-", _fmt(r["gflops"]),
+                  _fmt(r["gbs"], ".1f"), _fmt(None if r["bw_fraction"] is None else 100 * r["bw_fraction"], ".0f"),
+                  _fmt(r["compile_s"])]
+        lines.append(line(cells))
     return "\n".join(lines)
 
 
-def markdown(rows: list[dict]) -> str:
-    """The report as a Markdown table (docs/performance.md carries one from a full run)."""
-    out = [("| kernel | input | shape / nnz | sparsecc ms | 1 thread ms | speedup | baseline ms | ratio | target "
-            "| torch ms | ratio torch | GFLOP/s | GB/s | % BW | compile s |"),
-           "|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+def markdown(rows: list[dict], targets: bool = False) -> str:
+    """The report as a Markdown table.  ``targets``: add the development targets' column."""
+    out = [("| kernel | input | shape / nnz | sparsecc ms | 1 thread ms | speedup | baseline ms | ratio "
+            + ("| target " if targets else "") + "| torch ms | ratio torch | GFLOP/s | GB/s | % BW | compile s |"),
+           "|---|---|---|---:|---:|---:|---|---:|" + ("---|" if targets else "") + "---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         shape = "x".join(map(str, r.get("shape", []))) + f" / {r.get('nnz', '-')}"
         if not r["ok"]:
             why = _why(r, 300).replace("|", "\\|")
-            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * 11}|")
+            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * (11 if targets else 10)}|")
             continue
         bases = r["baselines"]
         ref = next(iter(bases))
@@ -69,15 +88,16 @@ def markdown(rows: list[dict]) -> str:
         bw = r["bw_fraction"]
         out.append(
             f"| {r['kernel']} | {r['input']} | {shape} | {r['sparsecc_ms']:.3g} | {_fmt(r['sparsecc_1t_ms'], '.3g')} "
-            f"| {_fmt(r['thread_speedup'])} | {ref} {bases[ref]['ms']:.3g} | {bases[ref]['ratio']:.2f} | {target} "
+            f"| {_fmt(r['thread_speedup'])} | {ref} {bases[ref]['ms']:.3g} | {bases[ref]['ratio']:.2f} "
+            f"{'| ' + target + ' ' if targets else ''}"
             f"| {_fmt(torch and torch['ms'], '.3g')} | {_fmt(torch and torch['ratio'])} | {r['gflops']:.2f} "
             f"| {r['gbs']:.1f} | {_fmt(None if bw is None else 100 * bw, '.0f')} | {_fmt(r['compile_s'])} |")
     return "\n".join(out)
 
 
-def chart(rows: list[dict], path: str, title: str = "") -> None:
+def chart(rows: list[dict], path: str, title: str = "", targets: bool = False) -> None:
     """Horizontal bars: sparsecc time / baseline time per kernel and input (log scale), one
-    bar per baseline, the target of each row as a red tick, 1.0 as a dashed line."""
+    bar per baseline, 1.0 as a dashed line (``targets``: each row's target as a red tick)."""
     import matplotlib
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -92,11 +112,16 @@ def chart(rows: list[dict], path: str, title: str = "") -> None:
         xs = [r["baselines"][b]["ratio"] for r in done if b in r["baselines"]]
         ax.barh(ys, xs, height=h, color=colors.get(b), label=f"vs {b}")
     for i, r in enumerate(done):
-        if r.get("target"):
+        if targets and r.get("target"):
             ax.plot([r["target"]["ratio"]] * 2, [i - 0.45, i + 0.45], color="red", lw=2,
                     label="target" if i == 0 else None)
     ax.axvline(1.0, color="black", ls="--", lw=0.8)
     ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))       # 0.2, 0.5, 2, 5 ... labelled, never crowded
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.tick_params(axis="x", which="minor", labelsize=8)
     ax.set_yticks(range(len(done)))
     ax.set_yticklabels([r["id"] for r in done], fontsize=8)
     ax.invert_yaxis()

@@ -267,21 +267,32 @@ class ExploreReport:
         if not show_conv:
             conv = [0.0] * len(ok)
         colors = ["tab:green" if k == 0 else "tab:blue" for k in range(len(ok))]
-        ax.barh(y, [v - c for v, c in zip(vals, conv)], color=colors, label="kernel call")
+        ax.barh(y, [v - c for v, c in zip(vals, conv)], color=colors)
         if show_conv:
             ax.barh(y, conv, left=[v - c for v, c in zip(vals, conv)], color="lightgray", hatch="//",
-                    edgecolor="gray", label="of which building operand buffers (estimate)")
-            ax.legend(fontsize=7, loc="lower right")
+                    edgecolor="gray")
         ax.set_yticks(y, labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(f"median time per call ({unit})")
         for k, v in enumerate(vals):
             ax.text(v, k, f" {v:.3g}", va="center", fontsize=7)
+        if vals:
+            ax.set_xlim(0, max(vals) * 1.18)           # room for the value printed after each bar
+        from matplotlib.patches import Patch
+        handles = [Patch(color="tab:green", label="fastest")]
+        if len(ok) > 1:
+            handles.append(Patch(color="tab:blue", label="other candidates"))
+        if show_conv:
+            handles.append(Patch(facecolor="lightgray", hatch="//", edgecolor="gray",
+                                 label="of which building operand buffers (estimate)"))
+        # above the axes, under the title, outside the plot: it never covers a bar
+        ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles),
+                  frameon=False, borderaxespad=0.2)
         failed = len(self.rows) - len(ok)
         ax.set_title(title or f"sc.explore '{self.expression}'" + (f" ({failed} not shown: failed/skipped)"
-                                                                  if failed else ""), fontsize=9)
+                                                                  if failed else ""), fontsize=9, pad=20)
         fig.tight_layout()
-        fig.savefig(path, dpi=100, format="png")
+        fig.savefig(path, dpi=100, format="png", bbox_inches="tight")
         return path
 
 

@@ -195,25 +195,48 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
             vector_lengths=None, out_format=None, repeat: int = 7, budget_s: float | None = None,
             max_candidates: int = MAX_CANDIDATES, convert: bool = True, progress=True,
             **named_operands) -> ExploreReport:
-    """Try candidate formats (and options, thread counts) for ``expression`` on these operands;
-    return a ranked :class:`ExploreReport`.
+    """Try candidate formats (and options, thread counts) for an expression on your operands.
 
+    Compiles the expression for every candidate, runs each, checks its result against an
+    independent reference, times it and ranks the candidates, fastest first.
     ``sc.explore("ij,j->i", A, x)`` (einsum: operands by position) or
     ``sc.explore("y[i] = A[i,j] * x[j]", A=A, x=x)`` (index notation: by name).
 
-    ``formats``: ``None`` (candidates for every sparse operand by its rank: matrices csr, csc,
-    coo, dcsr, dcsc and BSR block sizes that divide the shape; rank 3+ coo and CSF in every
-    level order (rank 3) or its rotations; dense operands stay dense), or a dict
-    ``{operand: format or [formats]}`` (by name, or by position for einsum) or a list with one
-    entry per operand (a format, a list of formats, or ``None`` for the defaults).
-    ``options``: base ``sc.Options`` (or a list of them); ``index_widths`` / ``vector_lengths``
-    vary its fields.  ``threads``: thread counts to try (``sc.set_num_threads``; restored after).
-    ``repeat``: timing samples per candidate (median).  ``budget_s``: no new candidate starts
-    after this many seconds (the first always runs); ``max_candidates``: the product is cut to this many (the
-    candidates closest to the first are kept).  ``convert``: time operands stored in each
-    candidate's SciPy layout where SciPy has one (converted once, up front); ``False`` times
-    calls on the operands exactly as given.  ``progress``: a progress bar on stderr when it
-    is a terminal (``"always"``: always; ``False``: never).
+    Args:
+        expression: Einsum subscripts or an index-notation statement.
+        *operands (numpy.ndarray | scipy.sparse array | scalar):
+            The operands by position (einsum, or index notation in the order operands
+            first appear).
+        formats (list | dict | None): ``None``: default candidates for every sparse operand by its rank (matrices:
+            csr, csc, coo, dcsr, dcsc and BSR block sizes that divide the shape; rank 3+: coo
+            and CSF level orders); dense operands stay dense. Or a dict
+            ``{operand: format or [formats]}`` (by name, or by position for einsum), or a
+            list with one entry per operand (a format, a list of formats, or ``None`` for
+            the defaults).
+        options (Options | list[Options] | None): The base ``sc.Options``, or a list of them (each a candidate).
+        threads (list[int] | None): Thread counts to try (``sc.set_num_threads``; the count is restored after).
+        index_widths (list[int | None] | None): Values of ``Options.index_width`` to try (``None``, 32, 64).
+        vector_lengths (list[int] | None): Values of ``Options.vector_length`` to try.
+        out_format (str | Format | None): The result's format, as in ``sc.einsum``.
+        repeat: Timing samples per candidate (the median is reported).
+        budget_s: No new candidate starts after this many seconds (the first always runs);
+            ``None``: no limit.
+        max_candidates: The product of all axes is cut to this many (the candidates closest
+            to the first are kept, with a ``UserWarning``).
+        convert: Time operands stored in each candidate's SciPy layout where SciPy has one
+            (converted once, up front); ``False`` times calls on the operands as given.
+        progress (bool | str): A progress bar on stderr when it is a terminal; ``"always"``: always;
+            ``False``: never.
+        **named_operands (numpy.ndarray | scipy.sparse array | scalar):
+            The operands by name (index notation).
+
+    Returns:
+        An ``ExploreReport``: ``print(report)`` shows the ranking, ``report.best`` is a ready
+        kernel with the winning formats, ``report.plot(path)`` draws a chart.
+
+    Raises:
+        SparseccError: A bad argument (``repeat``, ``budget_s``, ``max_candidates``, an
+            operand or format that does not fit the expression), or no candidate ran.
     """
     t_start = time.monotonic()
     if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) or repeat < 1:

@@ -35,7 +35,19 @@ def _scalars(beta, alpha, *ops):
 
 def mm(mat1, mat2, *, out_format=None):
     """``torch.sparse.mm`` / ``torch.mm``: the matrix product.  sparse x dense -> dense;
-    sparse x sparse -> sparse (CSR, the Boolean product's pattern)."""
+    sparse x sparse -> sparse (CSR, the Boolean product's pattern).
+
+    Args:
+        mat1 (numpy.ndarray | scipy.sparse.sparray): The left matrix.
+        mat2 (numpy.ndarray | scipy.sparse.sparray): The right matrix.
+        out_format (str | Format | None): The result's format, as in ``sc.einsum``
+            (``None``: the pattern rules).
+
+    Returns:
+        result (numpy.ndarray | scipy.sparse.sparray): ``mat1 @ mat2``.
+
+    Raises:
+        ShapeError: The inner dimensions differ or an operand is not a matrix."""
     A, B = _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
     return einsum("ik,kj->ij", A, B, out_format=out_format)
 
@@ -50,7 +62,23 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
     """``torch.addmm`` / ``torch.sparse.addmm``: ``beta * input + alpha * (mat1 @ mat2)``,
     one kernel.  With ``beta == 0``, ``input`` is ignored (NaN/inf in it do not propagate),
     as in torch.  Pattern: the union of ``input``'s and the product's; dense when any part
-    is dense in some dimension."""
+    is dense in some dimension.
+
+    Args:
+        input (numpy.ndarray | scipy.sparse.sparray): The matrix added, of the product's shape.
+        mat1 (numpy.ndarray | scipy.sparse.sparray): The left factor.
+        mat2 (numpy.ndarray | scipy.sparse.sparray): The right factor.
+        beta (int | float | complex): The factor of ``input`` (a run-time value: one compile
+            serves every ``beta``).
+        alpha (int | float | complex): The factor of the product (run-time, likewise).
+        out_format (str | Format | None): The result's format, as in ``sc.einsum``
+            (``None``: the pattern rules).
+
+    Returns:
+        result (numpy.ndarray | scipy.sparse.sparray): ``beta * input + alpha * (mat1 @ mat2)``.
+
+    Raises:
+        ShapeError: The shapes do not agree."""
     C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
     b, a = _scalars(beta, alpha, C, A, B)
     if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
@@ -98,7 +126,22 @@ def bmm(input, mat2, *, out_format=None):
 def sampled_addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
     """``torch.sparse.sampled_addmm`` (SDDMM): ``beta * input + alpha * (mat1 @ mat2)``
     computed only at ``input``'s stored entries; a sparse result with exactly ``input``'s
-    pattern, in its layout.  Two kernels: the sampled product, then the sum."""
+    pattern, in its layout.  Two kernels: the sampled product, then the sum.
+
+    Args:
+        input (scipy.sparse.sparray): The sparse matrix whose pattern is sampled.
+        mat1 (numpy.ndarray): The dense left factor.
+        mat2 (numpy.ndarray): The dense right factor.
+        beta (int | float | complex): The factor of ``input``'s values.
+        alpha (int | float | complex): The factor of the sampled product.
+        out_format (str | Format | None): The result's format, as in ``sc.einsum``
+            (``None``: the pattern rules).
+
+    Returns:
+        result (scipy.sparse.sparray): A sparse matrix with ``input``'s pattern.
+
+    Raises:
+        ShapeError: The shapes do not agree."""
     C = as_operand(input, "input")
     if not sp.issparse(C) or C.ndim != 2:
         raise OperandError("sampled_addmm: input must be a sparse matrix")

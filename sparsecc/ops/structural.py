@@ -189,7 +189,21 @@ def getitem(input, key, *, out_format=None):
     integers (negative ones count from the end), slices (any step, also negative),
     ``None`` (a new unit axis), ``...``, and one integer array or boolean mask.  Use
     ``np.s_``: ``getitem(T, np.s_[1, 0, 1:])``.  A sparse result (rank >= 1), or a
-    NumPy scalar when every dimension gets an integer."""
+    NumPy scalar when every dimension gets an integer.
+
+    Args:
+        input (scipy.sparse.sparray): The sparse tensor to index (any rank, any format).
+        key (int | slice | tuple | numpy.ndarray): NumPy's index (``np.s_[...]``).
+        out_format (str | Format | None): The result's format, as in ``sc.einsum``
+            (``None``: the pattern rules).
+
+    Returns:
+        result (scipy.sparse.sparray | numpy.generic): The selected entries.
+
+    Raises:
+        SparseIndexError: An index out of range or malformed (a mask of the wrong length,
+            two ellipses, more than one index array).
+        OperandError: ``input`` is not a SciPy sparse array."""
     x = _sparse(input, "input")
     key = _normalize_key(key, x.shape)
     dims = iter(range(x.ndim))

@@ -44,7 +44,21 @@ class Specialization:
 
 
 class Kernel:
-    """A compiled-on-demand kernel: ``k(A, x)`` (einsum) or ``k(A=A, x=x)`` (index notation)."""
+    """A compiled-on-demand kernel, made by ``sc.compile``.
+
+    Call it like the expression: ``k(A, x)`` (einsum: operands by position) or
+    ``k(A=A, x=x)`` (index notation: by name, or by position in the order operands first
+    appear). Each call validates its operands (unless compiled with ``check=False``) and
+    returns a NumPy array or a SciPy sparse array, as ``sc.einsum`` does. The first call with
+    a new combination of dtypes, formats and index widths compiles that specialization; later
+    ones reuse it. Calls release the GIL and may run from several threads at once.
+
+    Raises (on a call):
+        OperandError: Missing, extra or malformed operands.
+        ShapeError: Operand shapes that do not agree with the expression.
+        DTypeError: Unsupported dtypes.
+        CompileError: MLIR or LLVM could not compile the specialization.
+    """
 
     def __init__(self, stmt: Statement, formats: dict[str, object], options: Options = DEFAULT,
                  source: str = "", out_format=None, prune: bool = False, check: bool = True):
@@ -167,10 +181,17 @@ class Kernel:
         return None if comp is None else Specialization(comp.key, comp.formats, comp.out_format)
 
     def ir(self, stage: str = "mlir") -> str:
-        """The kernel's IR at ``stage``: ``mlir`` (as emitted), ``sparsified``, ``llvm-dialect``
-        or ``llvm``; for ``device="cuda"`` also ``gpu`` (the loops outlined into a
-        ``gpu.module``, before lowering) and ``ptx`` (the PTX embedded in the library; needs
-        no device).  Of the last call's specialization, or float64 operands if never called."""
+        """The kernel's IR at one stage of compilation.
+
+        Of the last call's specialization, or of float64 operands if never called.
+
+        Args:
+            stage: ``"mlir"`` (as emitted), ``"sparsified"``, ``"llvm-dialect"`` or ``"llvm"``;
+                for ``device="cuda"`` also ``"gpu"`` (the loops outlined into a ``gpu.module``)
+                and ``"ptx"`` (the PTX embedded in the library; needs no device).
+
+        Returns:
+            The IR as text."""
         stages = ("mlir", "sparsified", "llvm-dialect", "llvm")
         if self.options.device == "cuda":
             stages += ("gpu", "ptx")

@@ -123,10 +123,18 @@ def threads_for(work: int) -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Run parallel kernels on ``n`` threads (from now on, in every thread of this process).
-    ``n = 1`` runs them serially.  Raises :class:`SparseccError` for anything but an integer
-    from 1 to 4096.  The user's choice: front ends that follow another library's count
-    (:func:`follow_num_threads`) leave it alone from then on."""
+    """Run parallel kernels on ``n`` threads, from now on, in every thread of this process.
+
+    A run-time setting: nothing recompiles. The default is the CPUs this process may run on,
+    or ``SPARSECC_NUM_THREADS``. After this call, front ends that follow another library's
+    count (``sparsecc.torch`` follows torch's) leave the count alone.
+
+    Args:
+        n: The number of threads, 1 to 4096; 1 runs every kernel serially.
+
+    Raises:
+        SparseccError: ``n`` is not an integer from 1 to 4096.
+    """
     global _chosen
     _set(_checked(n, "the number of threads"))
     _chosen = True
@@ -149,7 +157,12 @@ def _set(n: int) -> None:
 
 
 def get_num_threads() -> int:
-    """The number of threads parallel kernels run on."""
+    """The number of threads parallel kernels run on.
+
+    Returns:
+        The count set by ``set_num_threads``, ``SPARSECC_NUM_THREADS`` or the CPUs this
+        process may run on.
+    """
     return _num_threads
 
 
