@@ -265,6 +265,10 @@ def _expand(subscripts: str, operands: tuple, formats):
 def _drop_dims(x, dims: list[int], what: str):
     """Operand ``x`` without its size-1 dimensions ``dims`` (a view of a dense operand; the
     same coordinate and value arrays for a sparse one)."""
+    if type(x).__module__.startswith("dask."):     # a Dask array: a lazy view without those dimensions
+        return x[tuple(0 if d in dims else slice(None) for d in range(x.ndim))]
+    if not sp.issparse(x) and not isinstance(x, np.ndarray) and type(x).__module__.startswith("sparse"):
+        x = as_operand(x, what)     # pydata/sparse: a SciPy array over its buffers
     if sp.issparse(x):
         x = as_operand(x, what)
         validate(x, what)           # SciPy's tocoo trusts the buffers: check them first
