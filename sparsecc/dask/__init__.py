@@ -237,8 +237,11 @@ def call(kernel, args):
         body = f"{op}[{z}](P[{','.join(letters + [z])}])"
         from ..parse import parse_notation
         cstmt = parse_notation(f"{lhs} = {body}")
+        asked = kernel.out_format.strip().lower() if isinstance(kernel.out_format, str) else None
         if out_fmt is None:
             cout = "dense"
+        elif rank == 2 and asked in ("csr", "csc", "coo"):
+            cout = asked                # the partials' own SciPy layout
         elif rank == 2 and out_fmt.order == (1, 0):
             cout = "csc"
         else:
