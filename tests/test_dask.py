@@ -235,3 +235,16 @@ def _counters():
     import sparsecc
     s = sparsecc.cache_info()
     return s.hits, s.disk_hits, s.misses
+
+
+def test_size_one_broadcast_of_a_dask_operand(client, rng):
+    A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    b = rng.random((1, 6))
+    got = sc.einsum("ij,ij->ij", da.from_array(A, chunks=(4, 3), asarray=False), da.from_array(b, chunks=(1, 3)))
+    np.testing.assert_allclose(dense(got.compute()), dense(A) * b)
+
+
+def test_op_library_refuses_dask_arrays_instead_of_computing_them():
+    dA = da.from_array(np.ones((4, 3)), chunks=2)
+    with pytest.raises(sc.OperandError, match="Dask array.*compute"):
+        sc.ops.sum(dA, 0)

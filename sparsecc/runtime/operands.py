@@ -46,6 +46,9 @@ def as_operand(x, what: str):
         return x
     if is_pydata(x):
         return to_scipy(x, what)        # pydata/sparse COO/GCXS: SciPy arrays over its buffers
+    if type(x).__module__.startswith("dask."):     # np.asarray would compute it here, whole
+        raise OperandError(f"{what} is a Dask array: sc.einsum, sc.evaluate and compiled kernels take Dask "
+                           f"arrays (docs/distributed.md), this call needs an in-memory one (.compute() it)")
     try:
         a = np.asarray(x)
     except Exception as err:   # noqa: BLE001 - anything numpy refuses
