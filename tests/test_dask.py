@@ -248,3 +248,32 @@ def test_op_library_refuses_dask_arrays_instead_of_computing_them():
     dA = da.from_array(np.ones((4, 3)), chunks=2)
     with pytest.raises(sc.OperandError, match="Dask array.*compute"):
         sc.ops.sum(dA, 0)
+
+
+def test_int_lor_land_and_non_neutral_identity(client, rng):
+    A = sp.csr_array(rng.integers(1, 5, (10, 9)) * (rng.random((10, 9)) < 0.3))
+    x = rng.integers(0, 5, 9)
+    dA = da.from_array(A, chunks=(5, 2), asarray=False)
+    got = sc.einsum("ij,j->i", dA, x).compute()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, A @ x)
+    # plus from identity 3: splitting j would add 3 once per partial, so j stays whole
+    plus3 = sc.Semiring("plus", "times", identity=3)
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", dA, x, semiring=plus3).compute(),
+                                  sc.einsum("ij,j->i", A, x, semiring=plus3))
+    B = sp.csr_array(rng.random((10, 10)) < 0.2)
+    v = rng.random(10) < 0.5
+    got = sc.einsum("ij,j->i", da.from_array(B, chunks=(5, 3), asarray=False), v, semiring="lor_land").compute()
+    np.testing.assert_array_equal(got, (B.toarray() & v[None, :]).any(1))
+
+
+def test_3d_sparse_partials_and_empty_operands(client, rng):
+    T = random_sparse((5, 4, 6), 0.3, np.float64, rng)
+    M = random_sparse((6, 7), 0.3, np.float64, rng, fmt="csr")
+    R = sc.einsum("ijl,lk->ijk", da.from_array(pydata_coo(T), chunks=(3, 4, 2)),
+                  da.from_array(M, chunks=(2, 7), asarray=False)).compute()
+    np.testing.assert_allclose(dense(R), np.einsum("ijl,lk->ijk", dense(T), dense(M)))
+    E = da.from_array(sp.csr_array((4, 6)), chunks=(2, 3), asarray=False)
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", E, np.ones(6)).compute(), np.zeros(4))
+    Z = sc.einsum("ij,jk->ik", E, da.from_array(sp.csr_array((6, 3)), chunks=(3, 3), asarray=False)).compute()
+    assert sp.issparse(Z) and Z.nnz == 0 and Z.shape == (4, 3)
