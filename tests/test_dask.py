@@ -277,3 +277,19 @@ def test_3d_sparse_partials_and_empty_operands(client, rng):
     np.testing.assert_array_equal(sc.einsum("ij,j->i", E, np.ones(6)).compute(), np.zeros(4))
     Z = sc.einsum("ij,jk->ik", E, da.from_array(sp.csr_array((6, 3)), chunks=(3, 3), asarray=False)).compute()
     assert sp.issparse(Z) and Z.nnz == 0 and Z.shape == (4, 3)
+
+
+def test_compiled_libraries_travel_with_the_graph(client, rng):
+    """Workers with the client's CPU load the libraries the client compiled (they arrive
+    with the graph, into the workers' own cache): no compile on any worker."""
+    A = random_sparse((30, 30), 0.2, np.float32, rng, fmt="csr")
+    x = rng.random(30).astype(np.float32)
+    before = client.run(_counters)
+    got = sc.einsum("ij,j->i", da.from_array(A, chunks=(10, 10), asarray=False), x, semiring="max_times")
+    got = got.compute()
+    after = client.run(_counters)
+    Ad = dense(A)
+    want = np.where(Ad != 0, Ad * x[None, :], -np.inf).max(1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert all(after[w][2] == before[w][2] for w in after), (before, after)     # no worker compiled
+    assert sum(after[w][1] - before[w][1] for w in after) >= 2                   # loaded from disk

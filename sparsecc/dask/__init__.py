@@ -16,8 +16,10 @@ The plan (:func:`call`), made on the client before any task runs:
    ``op`` (a stored-entries reduction, so sparse partials combine as a union).
 
 Kernels travel as their statement and options (:class:`_Spec`); a worker builds the
-``Kernel`` once per process and the compiled library comes from its disk cache or one
-compile (the cache key includes the CPU, so workers on other machines compile their own).
+``Kernel`` once per process.  The client compiles the block and combine kernels for its own
+CPU and ships their libraries as one graph key (:class:`_Libraries`), which each worker
+installs in its own disk cache; a worker with another CPU has another cache key, finds
+nothing and compiles once itself.
 ``dask`` is imported only here, and this module only when a Dask array is passed.
 """
 
@@ -77,7 +79,32 @@ def _chunk_out(r, rank: int):
     return np.asarray(r)
 
 
-def _run_block(spec: _Spec, rank: int, *blocks):
+class _Libraries:
+    """Compiled libraries the client ships with a graph (one graph key, so each worker
+    fetches them once): ``(disk key, metadata, bytes)``.  A worker installs them in its own
+    disk cache, where its kernel finds them as disk hits; on a worker with another CPU the
+    keys differ, nothing matches and the worker compiles its own."""
+
+    _installed: set = set()
+
+    def __init__(self, entries):
+        self.entries = tuple(entries)
+
+    def install(self):
+        from ..runtime import cache
+        for key, info, data in self.entries:
+            if key in _Libraries._installed:
+                continue
+            _Libraries._installed.add(key)
+            try:
+                if cache.lookup(key) is None:
+                    cache._install(cache.cache_dir(), key, info, data)
+            except OSError:         # an unwritable cache: the worker compiles instead
+                pass
+
+
+def _run_block(spec: _Spec, rank: int, libs: _Libraries, *blocks):
+    libs.install()
     return _chunk_out(spec.kernel()(*blocks), rank)
 
 
@@ -99,9 +126,10 @@ def _stack(parts, rank: int):
     return sp.coo_array((np.concatenate(data), tuple(np.concatenate(coords, axis=1))), shape=shape)
 
 
-def _combine(cspec: _Spec, rank: int, *parts):
+def _combine(cspec: _Spec, rank: int, libs: _Libraries, *parts):
     if len(parts) == 1:
         return parts[0]
+    libs.install()
     return _chunk_out(cspec.kernel()(_stack(parts, rank)), rank)
 
 
@@ -141,6 +169,41 @@ def _to_dask(x, what: str, chunks: tuple):
     return da.from_array(x, chunks=chunks, name=name)
 
 
+def _empty_like(meta, rank: int):
+    """A zero-size operand with ``meta``'s chunk type, dtype and index dtypes."""
+    if isinstance(meta, np.ndarray):
+        return np.empty((0,) * rank, dtype=meta.dtype)
+    if sp.issparse(meta):
+        return meta[:0, :0] if meta.format in ("csr", "csc") else meta.tocsr()[:0, :0]
+    return meta
+
+
+def _ship(spec: _Spec, cspec, metas, rank: int, dense_out: bool) -> _Libraries:
+    """The libraries of the block kernel and the combine kernel, compiled here for this
+    machine's CPU from zero-size operands like the blocks (best effort: on any failure
+    nothing is shipped and the workers compile)."""
+    from ..runtime import cache
+    entries = []
+    try:
+        k = spec.kernel()
+        part = k(*[_empty_like(m, len(m.shape)) for m in metas])
+        keys = [k.last_specialization().key]
+        if cspec is not None:
+            c = cspec.kernel()
+            p = _chunk_out(part, rank)
+            c(_stack([p, p], rank))
+            keys.append(c.last_specialization().key)
+        for key in keys:
+            e = cache.lookup(key)
+            if e is not None:
+                info = dict(e.info, stages={})      # the IR text stays here: small tasks
+                info["checksum"] = cache._checksum(info)
+                entries.append((key, info, e.data))
+    except Exception:   # noqa: BLE001 - shipping is an optimization; the workers compile instead
+        entries = []
+    return _Libraries(entries)
+
+
 def _root(stmt):
     """(monoid, indices) of the reduction at the statement's root, or (None, ())."""
     e = stmt.expr
@@ -149,8 +212,10 @@ def _root(stmt):
     return None, (), None
 
 
-def call(kernel, args):
-    """``kernel(*args)`` where some operands are Dask arrays: a lazy Dask array."""
+def call(kernel, args, ship: bool = True):
+    """``kernel(*args)`` where some operands are Dask arrays: a lazy Dask array.  ``ship``:
+    compile the kernels here and send their libraries with the graph (workers with this
+    CPU then load them instead of compiling)."""
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
 
@@ -251,7 +316,8 @@ def call(kernel, args):
     token = uuid.uuid4().hex
     name = f"sparsecc-{token}"
     pname = f"sparsecc-partial-{token}"
-    dsk = {}
+    lkey = f"sparsecc-libraries-{token}"
+    dsk = {lkey: _ship(spec, cspec, [x._meta for x in ops], rank, out_fmt is None) if ship else _Libraries(())}
     out_blocks = [range(len(chunks[i])) for i in out_inds]
     red_blocks = [range(len(chunks[i])) for i in split]
     for bo in itertools.product(*out_blocks):
@@ -261,7 +327,7 @@ def call(kernel, args):
             at.update(zip(split, br))
             keys = [(x.name,) + tuple(at.get(i, 0) for i in inds[n]) for x, n in zip(ops, names)]
             k = (pname, 0) + bo + br if split else (name,) + bo
-            dsk[k] = (_run_block, spec, rank, *keys)
+            dsk[k] = (_run_block, spec, rank, lkey, *keys)
             level.append(k)
         if not split:
             continue
@@ -271,10 +337,10 @@ def call(kernel, args):
             nxt = []
             for g in range(0, len(level), SPLIT_EVERY):
                 k = (pname, depth) + bo + (g,)
-                dsk[k] = (_combine, cspec, rank, *level[g:g + SPLIT_EVERY])
+                dsk[k] = (_combine, cspec, rank, lkey, *level[g:g + SPLIT_EVERY])
                 nxt.append(k)
             level = nxt
-        dsk[(name,) + bo] = (_combine, cspec, rank, level[0])
+        dsk[(name,) + bo] = (_combine, cspec, rank, lkey, level[0])
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=ops)
     out_chunks = tuple(chunks[i] for i in out_inds)
     if out_fmt is None:
