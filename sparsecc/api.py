@@ -193,6 +193,8 @@ def _shape_of(x) -> tuple[int, ...]:
             shape = np.shape(x)
         except Exception:   # noqa: BLE001 - the call path says what is wrong with it
             return None
+    if any(s != s for s in shape):      # NaN: a Dask array of unknown chunk sizes (the call path says so)
+        return None
     return tuple(int(s) for s in shape)
 
 

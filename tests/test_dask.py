@@ -293,3 +293,12 @@ def test_compiled_libraries_travel_with_the_graph(client, rng):
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert all(after[w][2] == before[w][2] for w in after), (before, after)     # no worker compiled
     assert sum(after[w][1] - before[w][1] for w in after) >= 2                   # loaded from disk
+
+
+def test_unknown_chunk_sizes_are_refused_before_any_task():
+    x = da.from_array(np.arange(10.0), chunks=5)
+    y = x[x > 3]                                            # chunk sizes unknown until computed
+    with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
+        sc.einsum("i,i->", y, y)
+    with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
+        sc.compile("i,i->")(y, y)

@@ -140,7 +140,7 @@ def _chunk_kind(x, what: str) -> str:
     if isinstance(meta, np.ndarray):
         return "dense"
     if sp.issparse(meta):
-        if meta.ndim != 2 and x.ndim != 2:
+        if x.ndim != 2:
             raise OperandError(f"{what} is a Dask array of SciPy {meta.format} chunks with rank {x.ndim}; "
                                f"use pydata/sparse COO chunks for rank != 2")
         return "sparse"
