@@ -302,3 +302,12 @@ def test_unknown_chunk_sizes_are_refused_before_any_task():
         sc.einsum("i,i->", y, y)
     with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
         sc.compile("i,i->")(y, y)
+
+
+def test_op_library_and_broadcasting_take_pydata_operands(rng):
+    A = random_sparse((6, 5), 0.4, np.float64, rng, fmt="csr")
+    P, G = pydata_coo(A), sparse.GCXS(pydata_coo(A), compressed_axes=(0,))
+    np.testing.assert_allclose(sc.ops.sum(P, 0), dense(A).sum(0))
+    np.testing.assert_allclose(dense(sc.ops.add(P, G)), 2 * dense(A))
+    b = rng.random((1, 5))
+    np.testing.assert_allclose(dense(sc.einsum("ij,ij->ij", P, b)), dense(A) * b)
