@@ -311,3 +311,26 @@ def test_op_library_and_broadcasting_take_pydata_operands(rng):
     np.testing.assert_allclose(dense(sc.ops.add(P, G)), 2 * dense(A))
     b = rng.random((1, 5))
     np.testing.assert_allclose(dense(sc.einsum("ij,ij->ij", P, b)), dense(A) * b)
+
+
+def test_min_plus_spgemm_sparse_partials_and_prune(client, rng):
+    A = random_sparse((12, 15), 0.25, np.float64, rng, fmt="csr")
+    B = random_sparse((15, 10), 0.25, np.float64, rng, fmt="csr")
+    dA = da.from_array(A, chunks=(6, 4), asarray=False)
+    dB = da.from_array(B, chunks=(4, 5), asarray=False)
+    got = sc.einsum("ik,kj->ij", dA, dB, semiring="min_plus", out_format="csr").compute()
+    Ad, Bd = dense(A), dense(B)
+    terms = np.where((Ad != 0)[:, :, None] & (Bd != 0)[None, :, :], Ad[:, :, None] + Bd[None, :, :], np.inf)
+    want = terms.min(1)
+    stored = np.isfinite(want)
+    assert sp.issparse(got)
+    np.testing.assert_array_equal(dense(got)[stored], want[stored])
+    assert set(zip(*got.nonzero())) == set(zip(*np.nonzero(stored)))
+    # entries that cancel across partials are dropped with prune=True (the combine prunes too)
+    C = sp.csr_array(np.array([[1.0, 1.0], [0.0, 1.0]]))       # C @ D has a 0 at (0, 0) from 1 - 1
+    D = sp.csr_array(np.array([[1.0, 0.0], [-1.0, 1.0]]))
+    dC = da.from_array(C, chunks=(2, 1), asarray=False)
+    dD = da.from_array(D, chunks=(1, 2), asarray=False)
+    got = sc.einsum("ik,kj->ij", dC, dD, prune=True).compute()
+    np.testing.assert_array_equal(dense(got), dense(C) @ dense(D))
+    assert got.nnz == np.count_nonzero(dense(C) @ dense(D))

@@ -311,7 +311,7 @@ def call(kernel, args, ship: bool = True):
             cout = "csc"
         else:
             cout = "csr" if rank == 2 else "coo"
-        cspec = _Spec(cstmt, {}, kernel.options, f"{lhs} = {body}", cout, False, kernel.check)
+        cspec = _Spec(cstmt, {}, kernel.options, f"{lhs} = {body}", cout, kernel.prune, kernel.check)
 
     token = uuid.uuid4().hex
     name = f"sparsecc-{token}"
