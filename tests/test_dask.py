@@ -334,3 +334,11 @@ def test_min_plus_spgemm_sparse_partials_and_prune(client, rng):
     got = sc.einsum("ik,kj->ij", dC, dD, prune=True).compute()
     np.testing.assert_array_equal(dense(got), dense(C) @ dense(D))
     assert got.nnz == np.count_nonzero(dense(C) @ dense(D))
+
+
+def test_scalar_and_list_operands_beside_dask_ones(client, rng):
+    x = rng.random(9)
+    dx = da.from_array(x, chunks=4)
+    np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i] + b[i]", a=2.5, x=dx, b=list(range(9))).compute(),
+                               2.5 * x + np.arange(9))
+    np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i]", a=np.float64(3.0), x=dx).compute(), 3 * x)

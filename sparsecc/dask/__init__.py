@@ -240,15 +240,13 @@ def call(kernel, args, ship: bool = True):
     pinned = {e.name for e in walk(stmt.expr) if isinstance(e, Index)}
     whole = {i for ii in inds.values() for i in ii if i not in out_inds and i not in splittable_red} | pinned
 
-    lazy = [is_dask(x) for x in args]
-    kinds = []
+    from ..runtime.operands import as_operand
+    args = [x if is_dask(x) else as_operand(x, what) for x, what in zip(args, whats)]   # scalars, lists
     for x, what, name in zip(args, whats, names):
         if is_dask(x):
             if any(isinstance(c, float) and np.isnan(c) for cc in x.chunks for c in cc):
                 raise OperandError(f"{what} has unknown chunk sizes; call .compute_chunk_sizes() first")
-            kinds.append(_chunk_kind(x, what))
-        else:
-            kinds.append(None)
+            _chunk_kind(x, what)
         if len(x.shape) != len(inds[name]):
             raise OperandError(f"{what} has rank {len(x.shape)}, but '{kernel.source}' reads it with "
                                f"{len(inds[name])} indices")
@@ -276,7 +274,7 @@ def call(kernel, args, ship: bool = True):
     # the result: dense or sparse, decided as an in-memory call with such operands decides
     sparse_ops = []
     dtypes = []
-    for name, x, kind, what in zip(names, ops, kinds, whats):
+    for name, x, what in zip(names, ops, whats):
         spec = kernel.formats.get(name)
         meta = x._meta
         if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == "bsr"):
