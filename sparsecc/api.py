@@ -269,8 +269,8 @@ def _drop_dims(x, dims: list[int], what: str):
     same coordinate and value arrays for a sparse one)."""
     if type(x).__module__.startswith("dask."):     # a Dask array: a lazy view without those dimensions
         return x[tuple(0 if d in dims else slice(None) for d in range(x.ndim))]
-    if not sp.issparse(x) and not isinstance(x, np.ndarray) and type(x).__module__.startswith("sparse"):
-        x = as_operand(x, what)     # pydata/sparse: a SciPy array over its buffers
+    if not sp.issparse(x) and not isinstance(x, np.ndarray):
+        x = as_operand(x, what)     # e.g. pydata/sparse: a SciPy array over its buffers
     if sp.issparse(x):
         x = as_operand(x, what)
         validate(x, what)           # SciPy's tocoo trusts the buffers: check them first

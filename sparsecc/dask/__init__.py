@@ -178,7 +178,7 @@ def _empty_like(meta, rank: int):
     return meta
 
 
-def _ship(spec: _Spec, cspec, metas, rank: int, dense_out: bool) -> _Libraries:
+def _ship(spec: _Spec, cspec, metas, rank: int) -> _Libraries:
     """The libraries of the block kernel and the combine kernel, compiled here for this
     machine's CPU from zero-size operands like the blocks (best effort: on any failure
     nothing is shipped and the workers compile)."""
@@ -315,7 +315,7 @@ def call(kernel, args, ship: bool = True):
     name = f"sparsecc-{token}"
     pname = f"sparsecc-partial-{token}"
     lkey = f"sparsecc-libraries-{token}"
-    dsk = {lkey: _ship(spec, cspec, [x._meta for x in ops], rank, out_fmt is None) if ship else _Libraries(())}
+    dsk = {lkey: _ship(spec, cspec, [x._meta for x in ops], rank) if ship else _Libraries(())}
     out_blocks = [range(len(chunks[i])) for i in out_inds]
     red_blocks = [range(len(chunks[i])) for i in split]
     for bo in itertools.product(*out_blocks):
