@@ -193,9 +193,10 @@ def _shape_of(x) -> tuple[int, ...]:
             shape = np.shape(x)
         except Exception:   # noqa: BLE001 - the call path says what is wrong with it
             return None
-    if any(s != s for s in shape):      # NaN: a Dask array of unknown chunk sizes (the call path says so)
+    try:
+        return tuple(int(s) for s in shape)
+    except ValueError:      # NaN: a Dask array of unknown chunk sizes (the call path says so)
         return None
-    return tuple(int(s) for s in shape)
 
 
 def _expand(subscripts: str, operands: tuple, formats):
