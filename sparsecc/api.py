@@ -283,7 +283,10 @@ def _shape_of(x) -> tuple[int, ...]:
             shape = np.shape(x)
         except Exception:   # noqa: BLE001 - the call path says what is wrong with it
             return None
-    return tuple(int(s) for s in shape)
+    try:
+        return tuple(int(s) for s in shape)
+    except ValueError:      # NaN: a Dask array of unknown chunk sizes (the call path says so)
+        return None
 
 
 def _expand(subscripts: str, operands: tuple, formats):
@@ -355,6 +358,10 @@ def _expand(subscripts: str, operands: tuple, formats):
 def _drop_dims(x, dims: list[int], what: str):
     """Operand ``x`` without its size-1 dimensions ``dims`` (a view of a dense operand; the
     same coordinate and value arrays for a sparse one)."""
+    if type(x).__module__.startswith("dask."):     # a Dask array: a lazy view without those dimensions
+        return x[tuple(0 if d in dims else slice(None) for d in range(x.ndim))]
+    if not sp.issparse(x) and not isinstance(x, np.ndarray):
+        x = as_operand(x, what)     # e.g. pydata/sparse: a SciPy array over its buffers
     if sp.issparse(x):
         x = as_operand(x, what)
         validate(x, what)           # SciPy's tocoo trusts the buffers: check them first

@@ -303,6 +303,9 @@ def call(self, *args, **kwargs):
     if kwargs or info.named or len(args) != info.n:
         args = self.bind(*args, **kwargs)
     if self._auto_bsr:
+        if any(type(x).__module__.startswith("dask.") for x in args):
+            from ..dask import call as dask_call
+            return dask_call(self, args)
         args = _to_bsr(args, self._auto_bsr, info.whats)
     # every operand is read and (check=True) validated on every call; the plan caches
     # only what follows from the operands' kinds (type, dtype, rank) and widths
@@ -316,6 +319,9 @@ def call(self, *args, **kwargs):
             counts.append(x.size)
         else:
             if t not in _DIRECT:
+                if t.__module__.startswith("dask."):    # Dask arrays: a lazy result (sparsecc/dask)
+                    from ..dask import call as dask_call
+                    return dask_call(self, args)
                 x = as_operand(x, what)
                 t = type(x)
             if check:

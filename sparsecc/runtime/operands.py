@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from .. import dtypes as dt
 from ..errors import OperandError, ShapeError
 from ..formats import Format
+from .pydata import is_pydata, to_scipy
 from .validate import NATIVE_MIN, check_widths, coo_scan, scanned_order
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -34,7 +35,8 @@ class Storage:
 
 
 def as_operand(x, what: str):
-    """Accept NumPy arrays, scalars, array-likes and SciPy sparse arrays/matrices."""
+    """Accept NumPy arrays, scalars, array-likes, SciPy sparse arrays/matrices and pydata/sparse
+    COO/GCXS arrays (as SciPy arrays over their buffers)."""
     if sp.issparse(x):
         if x.format in ("dia", "lil", "dok"):
             # documented: these formats are converted to CSR (a 1-D dok array to 1-D COO)
@@ -42,6 +44,11 @@ def as_operand(x, what: str):
         return x
     if isinstance(x, np.ndarray):
         return x
+    if is_pydata(x):
+        return to_scipy(x, what)        # pydata/sparse COO/GCXS: SciPy arrays over its buffers
+    if type(x).__module__.startswith("dask."):     # np.asarray would compute it here, whole
+        raise OperandError(f"{what} is a Dask array: sc.einsum, sc.evaluate and compiled kernels take Dask "
+                           f"arrays (docs/distributed.md), this call needs an in-memory one (.compute() it)")
     try:
         a = np.asarray(x)
     except Exception as err:   # noqa: BLE001 - anything numpy refuses

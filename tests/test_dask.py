@@ -1,0 +1,344 @@
+"""sparsecc over Dask arrays (sparsecc/dask, docs/distributed.md) on a two-process
+LocalCluster whose workers use their own kernel cache (as on machines sharing no
+filesystem), and pydata/sparse arrays as in-memory operands.  Oracles: numpy.einsum on
+dense copies, SciPy, written-out loops."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+sparse = pytest.importorskip("sparse")
+
+import sparsecc as sc  # noqa: E402
+from sparsecc.runtime.pydata import to_scipy  # noqa: E402
+
+from conftest import random_dense, random_sparse  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    worker_cache = tempfile.mkdtemp(prefix="sparsecc-dask-workers-")
+    assert worker_cache != os.environ.get("SPARSECC_CACHE_DIR")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None,
+                                       env={"SPARSECC_CACHE_DIR": worker_cache, "PYTHONPATH": ROOT,
+                                            "SPARSECC_NUM_THREADS": "1"})
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def dense(x):
+    if sp.issparse(x):
+        return x.toarray()
+    if hasattr(x, "todense"):
+        return np.asarray(x.todense())
+    return np.asarray(x)
+
+
+def pydata_coo(a):
+    """A pydata COO with the coordinates and values of SciPy array ``a`` (test data only)."""
+    c = a.tocoo()
+    return sparse.COO(np.vstack(c.coords) if c.nnz else np.zeros((c.ndim, 0), np.int64), c.data, shape=c.shape)
+
+
+# ------------------------------------------------------------- import isolation
+def test_import_sparsecc_imports_no_dask_or_sparse():
+    code = ("import sys, sparsecc, sparsecc.ops, sparsecc.runtime.call; "
+            "bad = [m for m in ('dask', 'distributed', 'sparse') if m in sys.modules]; assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------- pydata in memory
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("nnz_case", ["random", "empty", "single"])
+def test_pydata_coo_any_rank(dtype, nnz_case, rng):
+    density = {"random": 0.3, "empty": 0.0, "single": None}[nnz_case]
+    shape = (5, 4, 3)
+    if density is None:
+        T = sp.coo_array((np.array([2], dtype), (np.array([1]), np.array([2]), np.array([0]))), shape=shape)
+    else:
+        T = random_sparse(shape, density, dtype, rng)
+    P = pydata_coo(T)
+    U, V = random_dense((4, 2), dtype, rng), random_dense((3, 2), dtype, rng)
+    got = sc.einsum("ijk,jr,kr->ir", P, U, V)
+    want = np.einsum("ijk,jr,kr->ir", dense(T), U, V)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert got.dtype == want.dtype
+    M = pydata_coo(random_sparse((6, 5), 0.4, dtype, rng))
+    x = random_dense(5, dtype, rng)
+    np.testing.assert_allclose(sc.evaluate("y[i] = A[i,j] * x[j]", A=M, x=x), dense(M) @ x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("axis,fmt", [(0, "csr"), (1, "csc")])
+def test_pydata_gcxs_as_csr_csc_without_copies(axis, fmt, rng):
+    A = random_sparse((7, 6), 0.4, np.float64, rng)
+    G = sparse.GCXS(pydata_coo(A), compressed_axes=(axis,))
+    S = to_scipy(G, "A")
+    assert S.format == fmt
+    assert np.shares_memory(S.data, G.data) and np.shares_memory(S.indices, G.indices)
+    x = rng.random(6)
+    np.testing.assert_allclose(sc.einsum("ij,j->i", G, x), dense(A) @ x)
+    k = sc.compile("ij,j->i")
+    k(G, x)
+    assert k.last_formats()[0].order == ((0, 1) if axis == 0 else (1, 0))
+
+
+def test_pydata_coo_without_copies_and_unmodified(rng):
+    P = pydata_coo(random_sparse((4, 5, 6), 0.3, np.float64, rng))
+    S = to_scipy(P, "T")
+    assert all(np.shares_memory(c, P.coords) for c in S.coords) and np.shares_memory(S.data, P.data)
+    before = (P.coords.copy(), P.data.copy())
+    sc.einsum("ijk->i", P)
+    np.testing.assert_array_equal(P.coords, before[0])
+    np.testing.assert_array_equal(P.data, before[1])
+
+
+def test_pydata_nonzero_fill_value_is_refused():
+    P = sparse.COO(np.array([[0], [1]]), np.array([1.0]), shape=(2, 2), fill_value=1.0)
+    with pytest.raises(sc.OperandError, match="fill_value"):
+        sc.einsum("ij->i", P)
+
+
+# ------------------------------------------------------------- Dask arrays
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_spmv_summed_index_split_scipy_chunks(client, dtype, rng):
+    A = random_sparse((60, 45), 0.2, dtype, rng, fmt="csr")
+    x = random_dense(45, dtype, rng)
+    dA = da.from_array(A, chunks=(20, 10), asarray=False)      # j in 5 chunks: partials combined
+    y = sc.einsum("ij,j->i", dA, x)
+    assert isinstance(y, da.Array) and y.chunks == ((20, 20, 20),)
+    got = y.compute()
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, dense(A) @ x, rtol=1e-5)
+
+
+def test_spmm_dense_dask_operand_and_index_notation(client, rng):
+    A = random_sparse((30, 40), 0.2, np.float64, rng, fmt="csr")
+    B = rng.random((40, 6))
+    dB = da.from_array(B, chunks=(9, 3))                        # j split, output k split
+    got = sc.evaluate("C[i,k] = A[i,j] * B[j,k]", A=A, B=dB).compute()   # A in memory, B lazy
+    np.testing.assert_allclose(got, dense(A) @ B)
+
+
+def test_spgemm_sparse_chunks_sparse_partials(client, rng):
+    A = random_sparse((25, 30), 0.15, np.float64, rng, fmt="csr")
+    B = random_sparse((30, 20), 0.15, np.float64, rng, fmt="csr")
+    dA = da.from_array(A, chunks=(10, 12), asarray=False)
+    dB = da.from_array(B, chunks=(12, 8), asarray=False)
+    C = sc.einsum("ik,kj->ij", dA, dB, out_format="csr")
+    got = C.compute()
+    assert sp.issparse(got)
+    np.testing.assert_allclose(got.toarray(), (A @ B).toarray())
+
+
+def test_min_plus_semiring_combines_with_min(client, rng):
+    n = 24
+    W = random_sparse((n, n), 0.2, np.float64, rng, fmt="csr")
+    d = rng.random(n)
+    dW = da.from_array(W, chunks=(5, n), asarray=False)        # the reduced j split in 5
+    got = sc.einsum("ji,j->i", dW, d, semiring="min_plus").compute()
+    Wd, mask = dense(W), dense(W) != 0
+    want = np.full(n, np.inf)
+    for j in range(n):                                          # written out: min over stored W[j,i]
+        for i in range(n):
+            if mask[j, i]:
+                want[i] = min(want[i], Wd[j, i] + d[j])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mttkrp_chunked_3d_pydata_coo(client, rng):
+    T = random_sparse((14, 12, 10), 0.1, np.float64, rng)
+    U, V = rng.random((12, 4)), rng.random((10, 4))
+    dT = da.from_array(pydata_coo(T), chunks=(7, 5, 4))
+    dU = da.from_array(U, chunks=(5, 2))
+    got = sc.einsum("ijk,jr,kr->ir", dT, dU, V).compute()
+    np.testing.assert_allclose(got, np.einsum("ijk,jr,kr->ir", dense(T), U, V))
+
+
+def test_sparse_3d_result_chunks_are_pydata(client, rng):
+    T = random_sparse((8, 6, 5), 0.2, np.float64, rng)
+    dT = da.from_array(pydata_coo(T), chunks=(4, 3, 5))
+    s = rng.random(5) + 1
+    R = sc.einsum("ijk,k->ijk", dT, s)
+    got = R.compute()
+    assert type(got).__module__.startswith("sparse")
+    np.testing.assert_allclose(dense(got), dense(T) * s)
+
+
+def test_scalar_result_and_compiled_kernel(client, rng):
+    A = random_sparse((20, 20), 0.3, np.float64, rng, fmt="csr")
+    dA = da.from_array(A, chunks=(7, 6), asarray=False)
+    s = sc.einsum("ij->", dA).compute()
+    np.testing.assert_allclose(s, dense(A).sum())
+    k = sc.compile("ij,j->i", "csr", "dense")
+    x = rng.random(20)
+    np.testing.assert_allclose(k(dA, da.from_array(x, chunks=5)).compute(), dense(A) @ x)
+
+
+def test_mismatched_chunks_of_a_shared_index_are_rechunked(client, rng):
+    A = random_sparse((16, 18), 0.3, np.float64, rng, fmt="csr")
+    x = rng.random(18)
+    dA = da.from_array(A, chunks=(8, 6), asarray=False)
+    dx = da.from_array(x, chunks=7)                             # j: 6,6,6 vs 7,7,4
+    np.testing.assert_allclose(sc.einsum("ij,j->i", dA, dx).compute(), dense(A) @ x)
+
+
+def test_inner_reduction_is_not_split(client, rng):
+    A = rng.random((6, 8))
+    dA = da.from_array(A, chunks=(3, 3))
+    got = sc.evaluate("y[i] = sqrt(sum[j](A[i,j]))", A=dA).compute()
+    np.testing.assert_allclose(got, np.sqrt(A.sum(1)))
+
+
+class _Odd:
+    """An array-like chunk type sparsecc does not know."""
+
+    def __init__(self, a):
+        self.a, self.shape, self.dtype, self.ndim = a, a.shape, a.dtype, a.ndim
+
+    def __getitem__(self, k):
+        return _Odd(self.a[k])
+
+
+def test_unknown_chunk_type_is_refused_before_any_task():
+    x = da.from_array(_Odd(np.ones(6)), chunks=3, asarray=False, meta=_Odd(np.ones(0)))
+    with pytest.raises(sc.OperandError, match="_Odd chunks"):
+        sc.einsum("i,i->i", x, np.ones(6))
+
+
+def test_worker_compiles_once_per_kernel_not_per_task(client, rng):
+    A = random_sparse((64, 64), 0.1, np.float32, rng, fmt="csc")
+    x = rng.random(64).astype(np.float32)
+    before = client.run(_counters)
+    dA = da.from_array(A, chunks=(8, 8), asarray=False)         # 64 block tasks, 48 combine tasks
+    np.testing.assert_allclose(sc.einsum("ij,j->i", dA, x).compute(), dense(A) @ x, rtol=1e-5)
+    after = client.run(_counters)
+    loads = {w: (after[w][1] - before[w][1]) + (after[w][2] - before[w][2]) for w in after}
+    hits = sum(after[w][0] - before[w][0] for w in after)
+    assert all(n <= 2 for n in loads.values()), loads    # the block kernel and the combine kernel
+    assert hits >= 64 + 16 - 4
+
+
+def _counters():
+    import sparsecc
+    s = sparsecc.cache_info()
+    return s.hits, s.disk_hits, s.misses
+
+
+def test_size_one_broadcast_of_a_dask_operand(client, rng):
+    A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    b = rng.random((1, 6))
+    got = sc.einsum("ij,ij->ij", da.from_array(A, chunks=(4, 3), asarray=False), da.from_array(b, chunks=(1, 3)))
+    np.testing.assert_allclose(dense(got.compute()), dense(A) * b)
+
+
+def test_op_library_refuses_dask_arrays_instead_of_computing_them():
+    dA = da.from_array(np.ones((4, 3)), chunks=2)
+    with pytest.raises(sc.OperandError, match="Dask array.*compute"):
+        sc.ops.sum(dA, 0)
+
+
+def test_int_lor_land_and_non_neutral_identity(client, rng):
+    A = sp.csr_array(rng.integers(1, 5, (10, 9)) * (rng.random((10, 9)) < 0.3))
+    x = rng.integers(0, 5, 9)
+    dA = da.from_array(A, chunks=(5, 2), asarray=False)
+    got = sc.einsum("ij,j->i", dA, x).compute()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, A @ x)
+    # plus from identity 3: splitting j would add 3 once per partial, so j stays whole
+    plus3 = sc.Semiring("plus", "times", identity=3)
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", dA, x, semiring=plus3).compute(),
+                                  sc.einsum("ij,j->i", A, x, semiring=plus3))
+    B = sp.csr_array(rng.random((10, 10)) < 0.2)
+    v = rng.random(10) < 0.5
+    got = sc.einsum("ij,j->i", da.from_array(B, chunks=(5, 3), asarray=False), v, semiring="lor_land").compute()
+    np.testing.assert_array_equal(got, (B.toarray() & v[None, :]).any(1))
+
+
+def test_3d_sparse_partials_and_empty_operands(client, rng):
+    T = random_sparse((5, 4, 6), 0.3, np.float64, rng)
+    M = random_sparse((6, 7), 0.3, np.float64, rng, fmt="csr")
+    R = sc.einsum("ijl,lk->ijk", da.from_array(pydata_coo(T), chunks=(3, 4, 2)),
+                  da.from_array(M, chunks=(2, 7), asarray=False)).compute()
+    np.testing.assert_allclose(dense(R), np.einsum("ijl,lk->ijk", dense(T), dense(M)))
+    E = da.from_array(sp.csr_array((4, 6)), chunks=(2, 3), asarray=False)
+    np.testing.assert_array_equal(sc.einsum("ij,j->i", E, np.ones(6)).compute(), np.zeros(4))
+    Z = sc.einsum("ij,jk->ik", E, da.from_array(sp.csr_array((6, 3)), chunks=(3, 3), asarray=False)).compute()
+    assert sp.issparse(Z) and Z.nnz == 0 and Z.shape == (4, 3)
+
+
+def test_compiled_libraries_travel_with_the_graph(client, rng):
+    """Workers with the client's CPU load the libraries the client compiled (they arrive
+    with the graph, into the workers' own cache): no compile on any worker."""
+    A = random_sparse((30, 30), 0.2, np.float32, rng, fmt="csr")
+    x = rng.random(30).astype(np.float32)
+    before = client.run(_counters)
+    got = sc.einsum("ij,j->i", da.from_array(A, chunks=(10, 10), asarray=False), x, semiring="max_times")
+    got = got.compute()
+    after = client.run(_counters)
+    Ad = dense(A)
+    want = np.where(Ad != 0, Ad * x[None, :], -np.inf).max(1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert all(after[w][2] == before[w][2] for w in after), (before, after)     # no worker compiled
+    assert sum(after[w][1] - before[w][1] for w in after) >= 2                   # loaded from disk
+
+
+def test_unknown_chunk_sizes_are_refused_before_any_task():
+    x = da.from_array(np.arange(10.0), chunks=5)
+    y = x[x > 3]                                            # chunk sizes unknown until computed
+    with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
+        sc.einsum("i,i->", y, y)
+    with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
+        sc.compile("i,i->")(y, y)
+
+
+def test_op_library_and_broadcasting_take_pydata_operands(rng):
+    A = random_sparse((6, 5), 0.4, np.float64, rng, fmt="csr")
+    P, G = pydata_coo(A), sparse.GCXS(pydata_coo(A), compressed_axes=(0,))
+    np.testing.assert_allclose(sc.ops.sum(P, 0), dense(A).sum(0))
+    np.testing.assert_allclose(dense(sc.ops.add(P, G)), 2 * dense(A))
+    b = rng.random((1, 5))
+    np.testing.assert_allclose(dense(sc.einsum("ij,ij->ij", P, b)), dense(A) * b)
+
+
+def test_min_plus_spgemm_sparse_partials_and_prune(client, rng):
+    A = random_sparse((12, 15), 0.25, np.float64, rng, fmt="csr")
+    B = random_sparse((15, 10), 0.25, np.float64, rng, fmt="csr")
+    dA = da.from_array(A, chunks=(6, 4), asarray=False)
+    dB = da.from_array(B, chunks=(4, 5), asarray=False)
+    got = sc.einsum("ik,kj->ij", dA, dB, semiring="min_plus", out_format="csr").compute()
+    Ad, Bd = dense(A), dense(B)
+    terms = np.where((Ad != 0)[:, :, None] & (Bd != 0)[None, :, :], Ad[:, :, None] + Bd[None, :, :], np.inf)
+    want = terms.min(1)
+    stored = np.isfinite(want)
+    assert sp.issparse(got)
+    np.testing.assert_array_equal(dense(got)[stored], want[stored])
+    assert set(zip(*got.nonzero())) == set(zip(*np.nonzero(stored)))
+    # entries that cancel across partials are dropped with prune=True (the combine prunes too)
+    C = sp.csr_array(np.array([[1.0, 1.0], [0.0, 1.0]]))       # C @ D has a 0 at (0, 0) from 1 - 1
+    D = sp.csr_array(np.array([[1.0, 0.0], [-1.0, 1.0]]))
+    dC = da.from_array(C, chunks=(2, 1), asarray=False)
+    dD = da.from_array(D, chunks=(1, 2), asarray=False)
+    got = sc.einsum("ik,kj->ij", dC, dD, prune=True).compute()
+    np.testing.assert_array_equal(dense(got), dense(C) @ dense(D))
+    assert got.nnz == np.count_nonzero(dense(C) @ dense(D))
+
+
+def test_scalar_and_list_operands_beside_dask_ones(client, rng):
+    x = rng.random(9)
+    dx = da.from_array(x, chunks=4)
+    np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i] + b[i]", a=2.5, x=dx, b=list(range(9))).compute(),
+                               2.5 * x + np.arange(9))
+    np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i]", a=np.float64(3.0), x=dx).compute(), 3 * x)
