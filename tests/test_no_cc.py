@@ -274,3 +274,21 @@ def test_aot_honours_CC(tmp_path, monkeypatch):
     A = sp.random_array((6, 5), density=0.4, format="csr", rng=np.random.default_rng(1))
     x = np.arange(5.0)
     assert np.allclose(lib.spmv(A, x), A.toarray() @ x)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+def test_aot_example_writes_where_told_and_runs_from_anywhere(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    before = sorted(os.listdir(os.path.join(root, "examples", "aot")))
+    out = tmp_path / "named"
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "aot", "build.py"), str(out)],
+                       capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "C[2,2] = 33" in r.stdout and "-Wl,-rpath,$ORIGIN" in r.stdout
+    assert {"libmykernels.so", "mykernels.h", "mykernels.json", "main"} <= set(os.listdir(out))
+    assert sorted(os.listdir(os.path.join(root, "examples", "aot"))) == before      # nothing in the source tree
+    moved = tmp_path / "elsewhere" / "bin"                 # the folder moved: $ORIGIN moves with it
+    shutil.copytree(out, moved)
+    shutil.rmtree(out)
+    run_ = subprocess.run([str(moved / "main")], capture_output=True, text=True, cwd="/")
+    assert run_.returncode == 0 and "spmv: 3 3 9" in run_.stdout, run_.stderr
