@@ -155,6 +155,39 @@ def test_damaged_object_in_the_cache_is_rebuilt(tmp_path):
     assert "misses=1" in run(script, env).stdout
 
 
+def _logging_cc(tmp_path, real):
+    log = tmp_path / "cc.log"
+    script = tmp_path / "my cc"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexec {real} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, log
+
+
+JIT_SPMV = """
+import numpy as np, scipy.sparse as sp, sparsecc as sc
+A = sp.random_array((7, 5), density=0.4, format="csr", rng=3)
+assert np.allclose(sc.einsum("ij,j->i", A, np.arange(5.0)), A.toarray() @ np.arange(5.0))
+print("OK")
+"""
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler to wrap")
+def test_jit_links_with_CC(tmp_path):
+    script, log = _logging_cc(tmp_path, shutil.which("cc"))
+    env = no_cc_env(tmp_path, CC=f"'{script}' -Wl,--as-needed")
+    env["PATH"] = os.environ["PATH"]
+    run(JIT_SPMV, env)
+    assert "-shared" in log.read_text() and "--as-needed" in log.read_text()
+    assert any(f.endswith(".so") for f in os.listdir(tmp_path / "cache"))
+
+
+def test_jit_with_a_failing_CC_says_so(tmp_path):
+    env = no_cc_env(tmp_path, CC="false")
+    env["PATH"] = os.path.dirname(shutil.which("false"))
+    r = subprocess.run([sys.executable, "-c", JIT_SPMV], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode != 0 and "set CC to a working C compiler" in r.stderr, r.stderr[-2000:]
+
+
 # ------------------------------------------------------------------ the checked entry in IR
 NESTED = r"""
 import ctypes, subprocess, sys, tempfile, os
@@ -262,10 +295,7 @@ def test_aot_without_a_c_compiler_names_the_fix(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler to wrap")
 def test_aot_honours_CC(tmp_path, monkeypatch):
-    log = tmp_path / "cc.log"
-    script = tmp_path / "my cc"
-    script.write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexec {shutil.which('cc')} \"$@\"\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    script, log = _logging_cc(tmp_path, shutil.which("cc"))
     monkeypatch.setenv("CC", f"'{script}' -DSPARSECC_FROM_CC=1")
     out = tmp_path / "lib"
     sc.aot.build("viacc", {"spmv": sc.compile("ij,j->i", "csr", "dense")}, str(out))

@@ -256,9 +256,11 @@ def _cpu_link(obj: bytes, out: str, target: Target, info: dict) -> None:
         try:
             r = subprocess.run([*cc, "-shared", "-fPIC", "-o", so, o, *libs], capture_output=True, text=True)
         except OSError as err:
-            raise Rejected(f"linking with {shlex.join(cc)} failed: {err}") from None
-        if r.returncode:
-            raise Rejected(f"linking with {shlex.join(cc)} failed: {r.stderr.strip()}")
+            r = None
+            why = str(err)
+        if r is None or r.returncode:
+            raise Rejected(f"linking the kernel with the C compiler {shlex.join(cc)} (CC, else cc on PATH) failed; "
+                           f"set CC to a working C compiler: {why if r is None else r.stderr.strip()}")
         os.replace(so, out)
 
 
