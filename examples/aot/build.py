@@ -5,7 +5,8 @@
 Everything is written to OUTDIR (default: a new temporary folder), never into the source
 tree.  The program is linked with the run path ``$ORIGIN`` (the folder the program is in,
 where the library is too), so it runs from any working directory.  The C compiler is
-``$CC``, else ``cc`` (the one ``sc.aot.build`` links the library with).
+``$CC``, else ``cc``, else Zig's from the ``aot`` extra (the one ``sc.aot.build`` links
+the library with).
 """
 
 import os
@@ -24,7 +25,7 @@ sc.aot.build("mykernels", {
     "spmv": sc.compile("ij,j->i", "csr", "dense"),
     "spgemm": sc.compile("ik,kj->ij", "csr", "csr", out_format="csr"),
 }, OUT)
-cc, why = c_compiler()
+cc, why = c_compiler(zig=True)
 if cc is None:
     sys.exit(f"no C compiler to build main.c: {why}")
 exe = os.path.join(OUT, "main")

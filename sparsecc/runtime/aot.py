@@ -313,7 +313,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     machine's CPU and features, or an LLVM CPU name (``"x86-64"`` for any x86-64 machine,
     ``"x86-64-v3"``, ``"skylake"`` ...).  ``cc``: the C compiler that compiles the C
     wrappers and links the library (a command, split like a shell would); default ``$CC``,
-    else ``cc`` on ``PATH``.  Raises :class:`SparseccError` when there is none, before
+    else ``cc`` on ``PATH``, else Zig's (``pip install 'sparsecc[aot]'``).  Raises :class:`SparseccError` when there is none, before
     anything is compiled.
     """
     from .kernel import Kernel, compile_specialization, result_format_for
@@ -324,11 +324,11 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     if not kernels:
         raise SparseccError("sc.aot.build needs at least one kernel")
     from .targets import c_compiler
-    cc_cmd, why = c_compiler(cc)
+    cc_cmd, why = c_compiler(cc, zig=True)
     if cc_cmd is None:
         raise SparseccError(f"sc.aot.build needs a C compiler to link lib{name}.so, and {why}: install one "
-                            f"(e.g. apt-get install gcc, or pip install ziglang and set CC='python -m ziglang cc'), "
-                            f"or name it with CC=... or sc.aot.build(..., cc=...)")
+                            f"(e.g. apt-get install gcc), or Zig's with pip install 'sparsecc[aot]', "
+                            f"or name yours with CC=... or sc.aot.build(..., cc=...)")
     os.makedirs(outdir, exist_ok=True)
     manifest = {"version": MANIFEST_VERSION, "name": name, "kernels": {}}
     decls, defs = [], []

@@ -157,9 +157,11 @@ def _cpu_target(cpu: str | None) -> Target:
                         "linker": "cc" if cc else "orc", "cc": shlex.join(cc) if cc else ""})
 
 
-def c_compiler(cc: str | None = None) -> tuple[list[str] | None, str]:
+def c_compiler(cc: str | None = None, *, zig: bool = False) -> tuple[list[str] | None, str]:
     """The C compiler command to use: ``cc`` if given, else ``$CC``, else ``cc`` on ``PATH``
-    (its first word resolved on ``PATH``); ``(None, why)`` when there is none."""
+    (its first word resolved on ``PATH``), else, with ``zig`` (ahead-of-time builds, never
+    JIT links: a Zig link takes seconds), Zig's from the ``ziglang`` package (the ``aot``
+    extra); ``(None, why)`` when there is none."""
     where = "given" if cc else "in CC"
     if cc is None:
         cc = os.environ.get("CC", "").strip()
@@ -173,9 +175,14 @@ def c_compiler(cc: str | None = None) -> tuple[list[str] | None, str]:
             return None, f"the C compiler {where} ({cc!r}) is not a program on PATH"
         return [exe, *cmd[1:]], ""
     exe = shutil.which("cc")
-    if exe is None:
-        return None, "no C compiler was found (CC is not set and there is no cc on PATH)"
-    return [exe], ""
+    if exe is not None:
+        return [exe], ""
+    if zig:
+        import importlib.util
+        import sys
+        if importlib.util.find_spec("ziglang") is not None:
+            return [sys.executable, "-m", "ziglang", "cc"], ""
+    return None, "no C compiler was found (CC is not set and there is no cc on PATH)"
 
 
 def _cpu_resolve(options) -> Target:
