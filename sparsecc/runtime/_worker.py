@@ -1,4 +1,5 @@
-"""The compile worker: MLIR text in, a shared library out.
+"""The compile worker: MLIR text in, a shared library (or, without a C compiler, an object
+file that ORC loads: ``targets.py``) out.
 
 Runs in its own process (``python -m sparsecc.runtime._worker``) because the MLIR wheels are
 built with assertions that abort the whole process; a crash here costs the caller a
@@ -228,7 +229,8 @@ def add_packed_entry(module, ciface: str, entry: str) -> list[str]:
 
 def compile_job(req: dict) -> dict:
     """One request: MLIR text -> the target's pipelines -> LLVM IR -> the target's code
-    generator -> an object, linked by the target into a library (or kept as an object)."""
+    generator (with the checked entry) -> an object, linked by the target into a library
+    (or kept as the object: ahead-of-time builds, and the JIT without a C compiler)."""
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
