@@ -5,8 +5,7 @@
 Everything is written to OUTDIR (default: a new temporary folder), never into the source
 tree.  The program is linked with the run path ``$ORIGIN`` (the folder the program is in,
 where the library is too), so it runs from any working directory.  The C compiler is
-``$CC``, else ``cc``, else Zig's from the ``aot`` extra (the one ``sc.aot.build`` links
-the library with).
+``$CC``, else ``cc``.
 """
 
 import os
@@ -16,7 +15,6 @@ import sys
 import tempfile
 
 import sparsecc as sc
-from sparsecc.runtime.targets import c_compiler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="sparsecc-aot-example-")
@@ -25,9 +23,7 @@ sc.aot.build("mykernels", {
     "spmv": sc.compile("ij,j->i", "csr", "dense"),
     "spgemm": sc.compile("ik,kj->ij", "csr", "csr", out_format="csr"),
 }, OUT)
-cc, why = c_compiler(zig=True)
-if cc is None:
-    sys.exit(f"no C compiler to build main.c: {why}")
+cc = shlex.split(os.environ.get("CC", "").strip() or "cc")
 exe = os.path.join(OUT, "main")
 cmd = [*cc, "-std=c99", os.path.join(HERE, "main.c"), "-I", OUT, "-L", OUT, "-lmykernels",
        "-Wl,-rpath,$ORIGIN", "-o", exe]
