@@ -1,5 +1,6 @@
 /* Calls kernels compiled ahead of time by sparsecc (see build.py), with no Python and no MLIR.
- *   cc main.c -I build -L build -lmykernels -Wl,-rpath,build -o main && ./main
+ *   python build.py OUTDIR       (builds OUTDIR/libmykernels.so and OUTDIR/mykernels.h), then
+ *   cc -std=c99 main.c -I OUTDIR -L OUTDIR -lmykernels '-Wl,-rpath,$ORIGIN' -o OUTDIR/main && OUTDIR/main
  */
 #include <stdio.h>
 #include "mykernels.h"

@@ -1,4 +1,5 @@
-"""The compile worker: MLIR text in, a shared library out.
+"""The compile worker: MLIR text in, a shared library (or, without a C compiler, an object
+file that ORC loads: ``targets.py``) out.
 
 Runs in its own process (``python -m sparsecc.runtime._worker``) because the MLIR wheels are
 built with assertions that abort the whole process; a crash here costs the caller a
@@ -23,7 +24,7 @@ import traceback
 
 ENTRY = "sparsecc_entry"
 HEADER = 8
-BODY = "__body"            # the MLIR packed entry is <entry>__body; <entry> is C (OOM_C)
+BODY = "__body"            # the MLIR packed entry is <entry>__body; <entry> is the checked entry (oom_entry_ir)
 #: the C library functions generated code may allocate with, redirected to checked wrappers
 ALLOCATORS = ("malloc", "calloc", "realloc", "aligned_alloc")
 
@@ -32,41 +33,134 @@ ALLOCATORS = ("malloc", "calloc", "realloc", "aligned_alloc")
 # on NULL they longjmp back to the exported entry, which returns 1 instead of 0, and the
 # Python call path raises MemoryError.  The kernel's temporaries allocated before that leak.
 # In a thread other than the caller's (an OpenMP worker) there is nothing to jump back to:
-# that still aborts.  Shared with ahead-of-time libraries (runtime/aot.py).
-OOM_C = r"""
-#include <setjmp.h>
-#include <stddef.h>
-#include <stdlib.h>
-#define SPARSECC_HIDDEN __attribute__((visibility("hidden")))
-static __thread jmp_buf *sparsecc_oom_jump;
-static void sparsecc_oom(void) {
-    if (sparsecc_oom_jump) longjmp(*sparsecc_oom_jump, 1);
-    abort();
-}
-SPARSECC_HIDDEN void *sparsecc_malloc(size_t n) {
-    void *p = malloc(n); if (!p && n) sparsecc_oom(); return p;
-}
-SPARSECC_HIDDEN void *sparsecc_calloc(size_t k, size_t n) {
-    void *p = calloc(k, n); if (!p && k && n) sparsecc_oom(); return p;
-}
-SPARSECC_HIDDEN void *sparsecc_realloc(void *q, size_t n) {
-    void *p = realloc(q, n); if (!p && n) sparsecc_oom(); return p;
-}
-SPARSECC_HIDDEN void *sparsecc_aligned_alloc(size_t a, size_t n) {
-    void *p = aligned_alloc(a, n); if (!p && n) sparsecc_oom(); return p;
-}
-/* int NAME(void **args): 0, or 1 when an allocation failed (out of memory) */
-#define SPARSECC_ENTRY(NAME) \
-    SPARSECC_HIDDEN void NAME##__body(void **args); \
-    int NAME(void **args) { \
-        jmp_buf here; jmp_buf *volatile outer = sparsecc_oom_jump; \
-        sparsecc_oom_jump = &here; \
-        if (setjmp(here)) { sparsecc_oom_jump = outer; return 1; } \
-        NAME##__body(args); \
-        sparsecc_oom_jump = outer; \
-        return 0; \
-    }
-"""
+# that still aborts.  Nested entries (another kernel's entry called while one runs in the
+# same thread) save the outer jump buffer and restore it on the way out.
+#
+# The entry and the wrappers are LLVM IR (``oom_entry_ir``), linked into the kernel's own
+# module before its object is emitted: no C compiler is involved.  Where the jump buffer
+# of the running entry is kept depends on who loads the object:
+#
+# * ``"tls"``: a ``thread_local`` pointer, private to the object (the C equivalent is
+#   ``static __thread jmp_buf *sparsecc_oom_jump``): for objects a system linker links into
+#   a shared library (JIT kernels linked with ``cc``, ahead-of-time libraries);
+# * ``"key"``: a POSIX thread-specific value (``pthread_getspecific``) under the key held
+#   by the external ``int sparsecc_oom_key``, which the loader provides: for objects loaded
+#   in-process by LLVM's ORC JIT (no C compiler), whose linker has no thread-local storage.
+#   One key serves every kernel of the process.
+OOM_VARIANTS = ("tls", "key")
+_JMP_BUF_BYTES = 512      # >= sizeof(jmp_buf) (glibc: 200 on x86-64, 312 on AArch64)
+
+
+def _oom_wrapper(name: str, params: list[tuple[str, str]], nonzero: list[str]) -> str:
+    """``ptr sparsecc_<name>(params)``: ``name``'s result, or the jump back to the entry when
+    it is NULL while every argument in ``nonzero`` is not 0 (C: ``if (!p && n) oom()``)."""
+    decl = ", ".join(f"{t} %{n}" for t, n in params)
+    lines = ["  %null = icmp eq ptr %p, null"]
+    bad = "%null"
+    for k, n in enumerate(nonzero):
+        lines += [f"  %nz{k} = icmp ne i64 %{n}, 0", f"  %bad{k} = and i1 {bad}, %nz{k}"]
+        bad = f"%bad{k}"
+    return (f"define hidden ptr @sparsecc_{name}({decl}) {{\n"
+            f"  %p = call ptr @{name}({decl})\n" + "\n".join(lines) + "\n"
+            f"  br i1 {bad}, label %oom, label %ok\n"
+            "oom:\n  call void @sparsecc_oom()\n  unreachable\n"
+            "ok:\n  ret ptr %p\n}\n")
+
+
+def oom_entry_ir(entry: str, variant: str) -> str:
+    """LLVM IR of ``int <entry>(void **args)`` (0, or 1 when an allocation failed) around
+    ``void <entry>__body(void **args)``, and of the checked allocators, for ``variant``
+    (:data:`OOM_VARIANTS`)."""
+    if variant == "tls":
+        state = ("@sparsecc_oom_jump = internal thread_local global ptr null, align 8\n"
+                 "declare ptr @llvm.threadlocal.address.p0(ptr)\n")
+
+        def get(v):
+            return (f"  %{v}.slot = call ptr @llvm.threadlocal.address.p0(ptr @sparsecc_oom_jump)\n"
+                    f"  %{v} = load ptr, ptr %{v}.slot\n")
+
+        def put(tag, value):
+            return (f"  %{tag}.slot = call ptr @llvm.threadlocal.address.p0(ptr @sparsecc_oom_jump)\n"
+                    f"  store ptr {value}, ptr %{tag}.slot\n")
+    elif variant == "key":
+        state = ("@sparsecc_oom_key = external global i32\n"
+                 "declare ptr @pthread_getspecific(i32)\n"
+                 "declare i32 @pthread_setspecific(i32, ptr)\n")
+
+        def get(v):
+            return (f"  %{v}.key = load i32, ptr @sparsecc_oom_key\n"
+                    f"  %{v} = call ptr @pthread_getspecific(i32 %{v}.key)\n")
+
+        def put(tag, value):
+            return (f"  %{tag}.key = load i32, ptr @sparsecc_oom_key\n"
+                    f"  %{tag}.rc = call i32 @pthread_setspecific(i32 %{tag}.key, ptr {value})\n")
+    else:
+        raise ValueError(f"no out-of-memory entry variant {variant!r}")
+    return (
+        state
+        + "declare i32 @_setjmp(ptr) returns_twice\n"
+        "declare void @longjmp(ptr, i32) noreturn\n"
+        "declare void @abort() noreturn\n"
+        "declare ptr @malloc(i64)\n"
+        "declare ptr @calloc(i64, i64)\n"
+        "declare ptr @realloc(ptr, i64)\n"
+        "declare ptr @aligned_alloc(i64, i64)\n"
+        f"declare hidden void @{entry}{BODY}(ptr)\n\n"
+        # no jump buffer (not inside an entry in this thread): nothing to go back to
+        "define hidden void @sparsecc_oom() noinline noreturn {\n"
+        + get("j")
+        + "  %none = icmp eq ptr %j, null\n"
+        "  br i1 %none, label %die, label %jump\n"
+        "jump:\n  call void @longjmp(ptr %j, i32 1)\n  unreachable\n"
+        "die:\n  call void @abort()\n  unreachable\n}\n\n"
+        + _oom_wrapper("malloc", [("i64", "n")], ["n"])
+        + _oom_wrapper("calloc", [("i64", "k"), ("i64", "n")], ["k", "n"])
+        + _oom_wrapper("realloc", [("ptr", "q"), ("i64", "n")], ["n"])
+        + _oom_wrapper("aligned_alloc", [("i64", "a"), ("i64", "n")], ["n"])
+        # the outer buffer is kept in a volatile slot: it is read after setjmp returns twice
+        + f"\ndefine i32 @{entry}(ptr %args) {{\n"
+        f"  %here = alloca [{_JMP_BUF_BYTES // 8} x i64], align 16\n"
+        "  %outer = alloca ptr, align 8\n"
+        + get("o")
+        + "  store volatile ptr %o, ptr %outer\n"
+        + put("in", "%here")
+        + "  %r = call i32 @_setjmp(ptr %here) returns_twice\n"
+        "  %again = icmp ne i32 %r, 0\n"
+        "  br i1 %again, label %failed, label %run\n"
+        f"run:\n  call void @{entry}{BODY}(ptr %args)\n"
+        "  %o1 = load volatile ptr, ptr %outer\n"
+        + put("out1", "%o1")
+        + "  ret i32 0\n"
+        "failed:\n  %o2 = load volatile ptr, ptr %outer\n"
+        + put("out2", "%o2")
+        + "  ret i32 1\n}\n")
+
+
+#: what the disk-cache key hashes for the entry glue (both variants)
+OOM_IR = "".join(oom_entry_ir("E", v) for v in OOM_VARIANTS)
+#: the checked functions the generated code calls, internal to each object
+_OOM_INTERNAL = ("sparsecc_oom", *(f"sparsecc_{a}" for a in ALLOCATORS))
+
+
+def add_oom_entry(mod, entry: str, variant: str) -> None:
+    """Link the checked-allocation entry ``entry`` (:func:`oom_entry_ir`) into llvmlite
+    module ``mod`` (after :func:`redirect_allocations`); the wrappers become internal, so
+    several objects can be linked into one library."""
+    import llvmlite.binding as llb
+    glue = llb.parse_assembly(oom_entry_ir(entry, variant))
+    glue.verify()
+    mod.link_in(glue)
+    for fn in mod.functions:
+        if fn.name in _OOM_INTERNAL and not fn.is_declaration:
+            fn.linkage = "internal"
+    mod.verify()
+
+
+def imports_of(mod) -> list[str]:
+    """The symbols llvmlite module ``mod`` needs from elsewhere (functions and globals)."""
+    names = [fn.name for fn in mod.functions if fn.is_declaration and not fn.name.startswith("llvm.")]
+    names += [g.name for g in mod.global_variables if g.is_declaration]
+    return sorted(set(names))
 
 
 def redirect_allocations(mod) -> None:
@@ -135,7 +229,8 @@ def add_packed_entry(module, ciface: str, entry: str) -> list[str]:
 
 def compile_job(req: dict) -> dict:
     """One request: MLIR text -> the target's pipelines -> LLVM IR -> the target's code
-    generator -> an object, linked by the target into a library (or kept as an object)."""
+    generator (with the checked entry) -> an object, linked by the target into a library
+    (or kept as the object: ahead-of-time builds, and the JIT without a C compiler)."""
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
@@ -159,11 +254,14 @@ def compile_job(req: dict) -> dict:
         stages["llvm-dialect"] = str(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
 
-    stages["llvm"], obj = target.kind.codegen(llvm_ir, target, options, entry + BODY)
+    # an object a system linker links (a library here, or an ahead-of-time library later)
+    # keeps its jump buffer in thread-local storage; one loaded in-process by ORC cannot
+    oom = "tls" if req.get("object_only") else target.kind.oom_variant(target)
+    stages["llvm"], obj, imports, exports = target.kind.codegen(llvm_ir, target, options, entry, oom)
     out = req["out"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
     reply = {"ok": True, "stages": stages, "arg_types": types, "parallel": chosen["parallel"],
-             "openmp": chosen["openmp"]}
+             "openmp": chosen["openmp"], "imports": imports, "exports": exports}
     if req.get("object_only"):          # ahead-of-time libraries link several objects later
         if chosen["openmp"]:
             from sparsecc.errors import InternalError
@@ -171,7 +269,7 @@ def compile_job(req: dict) -> dict:
         with open(out, "wb") as f:
             f.write(obj)
         return reply
-    target.kind.link(obj, out, target, chosen, entry, req.get("cc") or "cc")
+    target.kind.link(obj, out, target, chosen)
     return reply
 
 

@@ -26,7 +26,6 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import CompileError, FormatError, SparseccError
 from ..formats import Format, resolve
-from ._worker import OOM_C
 
 MANIFEST_VERSION = 2       # 2: the statement as data, digests in the library
 _C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32": "int32_t",
@@ -277,12 +276,12 @@ def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[st
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
         for r in range(1, 9))
-    entries = "".join(f"SPARSECC_ENTRY({lib}_{n}_entry)\n" for n in names)
+    # each kernel's object holds its checked entry (runtime/_worker.py oom_entry_ir)
+    entries = "".join(f"int {lib}_{n}_entry(void **args);\n" for n in names)
     digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>
 #include <stdlib.h>
 #include "{lib}.h"
-{OOM_C}
 
 typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
 {ranks}
@@ -304,7 +303,7 @@ void {lib}_free_result({lib}_sparse_result *r) {{
 
 # ----------------------------------------------------------------------------- build
 def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width: int = 32,
-          cpu: str | None = None, cc: str = "cc") -> str:
+          cpu: str | None = None, cc: str | None = None) -> str:
     """Compile ``kernels`` (name -> ``sc.compile(...)`` kernel) into ``outdir/lib<name>.so``
     with ``<name>.h`` and ``<name>.json``; returns the library's path.
 
@@ -312,7 +311,10 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     ``dtype``: one dtype for every operand, or ``{kernel: (dtype per operand)}``.
     ``index_width``: 32 or 64 bits for positions and coordinates.  ``cpu``: ``None`` for this
     machine's CPU and features, or an LLVM CPU name (``"x86-64"`` for any x86-64 machine,
-    ``"x86-64-v3"``, ``"skylake"`` ...).
+    ``"x86-64-v3"``, ``"skylake"`` ...).  ``cc``: the C compiler that compiles the C
+    wrappers and links the library (a command, split like a shell would); default ``$CC``,
+    else ``cc`` on ``PATH``, else Zig's (``pip install 'sparsecc[aot]'``).  Raises :class:`SparseccError` when there is none, before
+    anything is compiled.
     """
     from .kernel import Kernel, compile_specialization, result_format_for
     if not isinstance(name, str) or not _NAME.match(name):
@@ -321,6 +323,12 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
         raise SparseccError(f"index_width must be 32 or 64, got {index_width}")
     if not kernels:
         raise SparseccError("sc.aot.build needs at least one kernel")
+    from .targets import c_compiler
+    cc_cmd, why = c_compiler(cc, zig=True)
+    if cc_cmd is None:
+        raise SparseccError(f"sc.aot.build needs a C compiler to link lib{name}.so, and {why}: install one "
+                            f"(e.g. apt-get install gcc), or Zig's with pip install 'sparsecc[aot]', "
+                            f"or name yours with CC=... or sc.aot.build(..., cc=...)")
     os.makedirs(outdir, exist_ok=True)
     manifest = {"version": MANIFEST_VERSION, "name": name, "kernels": {}}
     decls, defs = [], []
@@ -375,8 +383,11 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             f.write(_c_source(name, list(kernels), defs,
                               [spec_digest(manifest["kernels"][k]) for k in kernels]))
         so_tmp = os.path.join(tmp, f"lib{name}.so")
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        cmd = [*cc_cmd, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as err:
+            raise CompileError(f"linking lib{name}.so with {cc_cmd[0]} failed: {err}", src) from None
         if r.returncode:
             raise CompileError(f"linking lib{name}.so failed:\n{r.stderr.strip()}", src)
         for fname in (f"lib{name}.so", f"{name}.h"):
@@ -475,7 +486,7 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     if index_order != spec["index_order"]:
         raise bad(f"index order {index_order}, the library takes {spec['index_order']}")
     fn = getattr(lib, spec["entry"])
-    fn.restype = ctypes.c_int           # 1: out of memory (runtime/_worker.py OOM_C)
+    fn.restype = ctypes.c_int           # 1: out of memory (runtime/_worker.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))

@@ -1,4 +1,9 @@
-"""The on-disk kernel cache: ``<key>.so`` and ``<key>.json`` per kernel.
+"""The on-disk kernel cache: ``<key>.so`` (or ``<key>.o``) and ``<key>.json`` per kernel.
+
+The artifact is the shared library a C compiler linked (``<key>.so``), or, on a machine
+without a C compiler, the object file that LLVM's ORC JIT loads in-process (``<key>.o``;
+``targets.py``).  Which one is part of the key (the target's ``linker``), so the two never
+mix; the rest of this page says ``.so`` for either.
 
 The key hashes the MLIR text, the options, the compile target's key part (for the CPU
 target: the CPU and its features, this machine's or ``Options.cpu``'s, and the OpenMP
@@ -72,7 +77,7 @@ _state_lock = threading.Lock()
 _refused: dict[str, str] = {}            # folder -> why it was refused (warned once)
 _private: tuple[str, int] | None = None  # (the private fallback folder, the pid that made it)
 _names = itertools.count()              # unique temporary names within this process
-_libs: dict[str, ctypes.CDLL] = {}      # SHA-256 of a library's bytes -> the loaded library
+_libs: dict = {}                        # SHA-256 of a library's bytes -> the loaded library
 _libs_lock = threading.Lock()
 
 
@@ -179,19 +184,29 @@ def key_of(mlir: str, options_key: str, target=None) -> str:
     from ..options import DEFAULT
     from ..passes import fingerprint
     from . import targets
-    from ._worker import OOM_C
+    from ._worker import OOM_IR
     if target is None:
         target = targets.resolve(DEFAULT)
     h = hashlib.sha256()
-    for part in (versions(), options_key, target.key(), ABI, OOM_C, fingerprint(), mlir):
+    for part in (versions(), options_key, target.key(), ABI, OOM_IR, fingerprint(), mlir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
 
 
+@lru_cache(maxsize=1)
+def artifact_ext() -> str:
+    """``.so`` (linked by a C compiler) or ``.o`` (loaded by ORC): the linker is chosen once
+    per process, for every target (``targets.py``)."""
+    from ..options import DEFAULT
+    from .targets import resolve
+    target = resolve(DEFAULT)
+    return target.kind.artifact(target)
+
+
 def paths(key: str, folder: str | None = None) -> tuple[str, str]:
     d = folder or cache_dir()
-    return os.path.join(d, f"{key}.so"), os.path.join(d, f"{key}.json")
+    return os.path.join(d, f"{key}{artifact_ext()}"), os.path.join(d, f"{key}.json")
 
 
 # --------------------------------------------------------------------------- entries
@@ -319,7 +334,7 @@ def lookup(key: str) -> Entry | None:
 def build_path(key: str) -> str:
     """A fresh temporary path in the cache folder for the compile worker's library; hand
     it to :func:`store` afterwards."""
-    return os.path.join(cache_dir(), f".{key}.{os.getpid()}.{next(_names)}.build.so")
+    return os.path.join(cache_dir(), f".{key}.{os.getpid()}.{next(_names)}.build{artifact_ext()}")
 
 
 def store(key: str, info: dict, built: str) -> Entry:
@@ -353,7 +368,7 @@ def _install(d: str, key: str, info: dict, data: bytes) -> None:
     so, meta = paths(key, d)
     tmps = []
     try:
-        fd, tmp_so = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".so.tmp")
+        fd, tmp_so = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=f"{artifact_ext()}.tmp")
         tmps.append(tmp_so)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -382,7 +397,7 @@ def open_library(entry: Entry, target=None) -> ctypes.CDLL:
         lib = _libs.get(entry.sha256)
         if lib is not None:
             return lib
-        name = f".{entry.key}.{os.getpid()}.{next(_names)}.load.so"
+        name = f".{entry.key}.{os.getpid()}.{next(_names)}.load{artifact_ext()}"
         try:
             fd = os.open(os.path.join(entry.folder, name),
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
@@ -396,7 +411,7 @@ def open_library(entry: Entry, target=None) -> ctypes.CDLL:
             # dlopen reuses a loaded library with the same name or the same inode: the name
             # is never used again in this process, and a loaded copy keeps its inode alive
             # (ctypes never unloads) so the number cannot be recycled for a later copy
-            lib = target.kind.load(path, entry.info)
+            lib = target.kind.load(path, entry.info, target)
         finally:
             _remove(path)
         _libs[entry.sha256] = lib

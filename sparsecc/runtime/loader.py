@@ -40,7 +40,7 @@ class Loaded:
     point ``sparsecc_entry(void **args) -> int`` (1: an allocation inside failed)."""
 
     key: str
-    lib: ctypes.CDLL
+    lib: object                         # ctypes.CDLL, or targets.JitLibrary (no C compiler)
     entry: object
     info: dict = field(repr=False)      # what the cache JSON records: stages, arg_types, parallel, openmp
     info_path: str = ""
@@ -75,7 +75,8 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
         out = cache.build_path(key)     # a temporary name: store() hashes it and installs it
         reply = compiler.compile_library(mlir, out, target=target, options=options, what=what)
         entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
-                                  "parallel": reply["parallel"], "openmp": reply["openmp"]}, out)
+                                  "parallel": reply["parallel"], "openmp": reply["openmp"],
+                                  "imports": reply["imports"], "exports": reply["exports"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
         lib = cache.open_library(entry, target)   # exactly the bytes that were hashed
@@ -83,7 +84,7 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
         STATS.disk_hits += 1
     threads.register(lib)                 # its thread count follows sc.set_num_threads
     fn = lib.sparsecc_entry
-    fn.restype = ctypes.c_int             # 1: an allocation failed (runtime/_worker.py OOM_C)
+    fn.restype = ctypes.c_int             # 1: an allocation failed (runtime/_worker.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     return Loaded(key, lib, fn, entry.info, entry.meta)
 

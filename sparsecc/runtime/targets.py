@@ -24,20 +24,37 @@ What a target kind must provide (``cpu`` below; a ``cuda`` kind adds one entry t
 * ``facts(target) -> PipelineFacts``: what the pass pipelines are told;
 * ``lower(module, options, facts)``: the pass pipelines (data in ``sparsecc/passes/``) and
   the rewrites between them, MLIR down to the LLVM dialect (in the compile worker);
-* ``codegen(llvm_ir, target, options, exported) -> (llvm_text, object_bytes)``: LLVM IR to
-  an object for the host (a GPU target: PTX embedded in host code);
-* ``link(obj, out, target, info, entry, cc)``: the object into the shared library ``out``
-  (``info``: what ``lower`` chose, e.g. whether OpenMP is needed);
-* ``load(path, info) -> library``: load the library (ctypes for the host), after whatever
-  runtime it needs.
+* ``oom_variant(target)``: where the checked-allocation entry keeps its jump buffer in
+  objects of this target (``_worker.oom_entry_ir``);
+* ``codegen(llvm_ir, target, options, entry, oom) -> (llvm_text, object_bytes, imports,
+  exports)``: LLVM IR to an object for the host (a GPU target: PTX embedded in host code)
+  with the checked entry ``entry`` linked in; ``imports``/``exports``: the symbols the
+  object needs and defines;
+* ``artifact(target)``: the file suffix of what ``link`` writes (``.so``, ``.o``);
+* ``link(obj, out, target, info)``: the object into the artifact ``out`` (``info``: what
+  ``lower`` chose, e.g. whether OpenMP is needed);
+* ``load(path, info, target) -> library``: load the artifact, after whatever runtime it
+  needs: an object with ``sparsecc_entry`` and the other exported names as attributes
+  (``ctypes.CDLL``, or :class:`JitLibrary`).
+
+**Linking without a C compiler.**  The CPU target links with a C compiler when there is
+one (``$CC``, else ``cc`` on ``PATH``: ``cc -shared`` makes ``<key>.so``, loaded with
+``ctypes.CDLL``), and otherwise keeps the object itself (``<key>.o``) and loads it into the
+process with LLVM's ORC JIT (llvmlite, JITLink): its undefined symbols resolve against
+libc, libm, libgcc_s and, for parallel kernels, the libomp sparsecc loaded.  The choice
+(``linker``: ``cc`` or ``orc``) is made once per process and is part of the cache key.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shlex
+import shutil
 import subprocess
 import tempfile
+import threading
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -58,7 +75,9 @@ class TargetKind:
     key_params: tuple[str, ...]
     facts: Callable
     lower: Callable
+    oom_variant: Callable
     codegen: Callable
+    artifact: Callable
     link: Callable
     load: Callable
 
@@ -132,8 +151,41 @@ def _cpu_target(cpu: str | None) -> Target:
         import llvmlite.binding as llb
         name, features = llb.get_host_cpu_name(), host_features(llb.get_host_cpu_features().flatten())
     lib = runtime_path()
+    cc, why = c_compiler()
+    if cc is None and os.environ.get("CC", "").strip():
+        warnings.warn(f"sparsecc: {why}; kernels are loaded without a C compiler (LLVM's ORC JIT)",
+                      UserWarning, stacklevel=2)
     return make("cpu", {"cpu": name, "features": features,
-                        "openmp": runtime_version() if lib else "", "openmp_lib": lib or ""})
+                        "openmp": runtime_version() if lib else "", "openmp_lib": lib or "",
+                        "linker": "cc" if cc else "orc", "cc": shlex.join(cc) if cc else ""})
+
+
+def c_compiler(cc: str | None = None, *, zig: bool = False) -> tuple[list[str] | None, str]:
+    """The C compiler command to use: ``cc`` if given, else ``$CC``, else ``cc`` on ``PATH``
+    (its first word resolved on ``PATH``), else, with ``zig`` (ahead-of-time builds, never
+    JIT links: a Zig link takes seconds), Zig's from the ``ziglang`` package (the ``aot``
+    extra); ``(None, why)`` when there is none."""
+    where = "given" if cc else "in CC"
+    if cc is None:
+        cc = os.environ.get("CC", "").strip()
+    if cc:
+        try:
+            cmd = shlex.split(cc)
+        except ValueError as err:
+            return None, f"the C compiler {where} ({cc!r}) cannot be split into words: {err}"
+        exe = shutil.which(cmd[0]) if cmd else None
+        if exe is None:
+            return None, f"the C compiler {where} ({cc!r}) is not a program on PATH"
+        return [exe, *cmd[1:]], ""
+    exe = shutil.which("cc")
+    if exe is not None:
+        return [exe], ""
+    if zig:
+        import importlib.util
+        import sys
+        if importlib.util.find_spec("ziglang") is not None:
+            return [sys.executable, "-m", "ziglang", "cc"], ""
+    return None, "no C compiler was found (CC is not set and there is no cc on PATH)"
 
 
 def _cpu_resolve(options) -> Target:
@@ -144,12 +196,18 @@ def _cpu_facts(target: Target) -> PipelineFacts:
     return PipelineFacts(openmp=bool(target.param("openmp")))
 
 
-def _cpu_codegen(llvm_ir: str, target: Target, options, exported: str) -> tuple[str, bytes]:
-    """Optimize ``llvm_ir`` with llvmlite for the target's CPU and features; only
-    ``exported`` stays visible (hidden: the C entry linked next to it calls it)."""
+def _cpu_oom_variant(target: Target) -> str:
+    return "tls" if target.param("linker", "cc") == "cc" else "key"
+
+
+def _cpu_codegen(llvm_ir: str, target: Target, options, entry: str, oom: str):
+    """Optimize ``llvm_ir`` with llvmlite for the target's CPU and features; only the
+    packed entry ``<entry>__body`` stays visible (hidden), and the checked entry
+    ``entry`` (variant ``oom``) is linked in after optimization."""
     import llvmlite.binding as llb
 
-    from ._worker import Rejected, redirect_allocations
+    from ._worker import BODY, Rejected, add_oom_entry, imports_of, redirect_allocations
+    exported = entry + BODY
     llb.initialize_native_target()
     llb.initialize_native_asmprinter()
     try:
@@ -173,41 +231,148 @@ def _cpu_codegen(llvm_ir: str, target: Target, options, exported: str) -> tuple[
     pb = llb.create_pass_builder(tm, llb.create_pipeline_tuning_options(speed_level=options.opt_level))
     pb.getModulePassManager().run(mod, pb)
     redirect_allocations(mod)
-    return str(mod), tm.emit_object(mod)
+    add_oom_entry(mod, entry, oom)
+    exports = sorted({fn.name for fn in mod.functions if not fn.is_declaration and fn.linkage.name == "external"
+                      and fn.visibility.name == "default"}
+                     | {g.name for g in mod.global_variables if not g.is_declaration
+                        and g.linkage.name == "external"})
+    return str(mod), tm.emit_object(mod), imports_of(mod), exports
 
 
-def _cpu_link(obj: bytes, out: str, target: Target, info: dict, entry: str, cc: str) -> None:
-    """``cc -shared`` the object with the checked-allocation C entry (``OOM_C``), libm, and
-    libomp by name when the kernel has parallel loops (no run path: :func:`_cpu_load` loads
-    it first)."""
-    from ._worker import OOM_C, Rejected
+def _cpu_artifact(target: Target) -> str:
+    return ".so" if target.param("linker", "cc") == "cc" else ".o"
+
+
+def _cpu_link(obj: bytes, out: str, target: Target, info: dict) -> None:
+    """``cc -shared`` the object (the checked entry is inside) with libm, and libomp by name
+    when the kernel has parallel loops (no run path: :func:`_cpu_load` loads it first).
+    Without a C compiler the object itself is the artifact (loaded by ORC)."""
+    from ._worker import Rejected
+    if target.param("linker", "cc") == "orc":
+        with open(out, "wb") as f:
+            f.write(obj)
+        return
     libs = ["-lm"]
     if info.get("openmp"):
         lib = target.param("openmp_lib")
         if not lib:
             raise InternalError("a kernel with parallel loops for a target without the OpenMP runtime")
         libs = ["-L" + os.path.dirname(lib), "-l:" + os.path.basename(lib), *libs]
+    cc = shlex.split(target.param("cc") or "cc")
     with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
-        o, so, c = (os.path.join(tmp, f) for f in ("kernel.o", "kernel.so", "entry.c"))
+        o, so = (os.path.join(tmp, f) for f in ("kernel.o", "kernel.so"))
         with open(o, "wb") as f:
             f.write(obj)
-        with open(c, "w") as f:
-            f.write(OOM_C + f"SPARSECC_ENTRY({entry})\n")
-        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", so, o, c, *libs], capture_output=True, text=True)
-        if r.returncode:
-            raise Rejected(f"linking with {cc} failed: {r.stderr.strip()}")
+        try:
+            r = subprocess.run([*cc, "-shared", "-fPIC", "-o", so, o, *libs], capture_output=True, text=True)
+        except OSError as err:
+            r = None
+            why = str(err)
+        if r is None or r.returncode:
+            raise Rejected(f"linking the kernel with the C compiler {shlex.join(cc)} (CC, else cc on PATH) failed; "
+                           f"set CC to a working C compiler: {why if r is None else r.stderr.strip()}")
         os.replace(so, out)
 
 
-def _cpu_load(path: str, info: dict) -> ctypes.CDLL:
+def _cpu_load(path: str, info: dict, target: Target | None = None):
+    if target is not None and target.param("linker", "cc") == "orc":
+        with open(path, "rb") as f:
+            return orc_load(f.read(), info)
     if info.get("openmp"):
         from .threads import load_runtime
         load_runtime()                      # libomp, before the library that needs it
     return ctypes.CDLL(path)
 
 
-CPU = TargetKind(name="cpu", resolve=_cpu_resolve, key_params=("cpu", "features", "openmp"), facts=_cpu_facts,
-                 lower=lower, codegen=_cpu_codegen, link=_cpu_link, load=_cpu_load)
+# ----------------------------------------------------------------------------- ORC
+class JitLibrary:
+    """An object loaded into this process by LLVM's ORC JIT: its exported functions as
+    attributes (``ctypes`` function pointers), :meth:`address_of` for its globals.  The
+    code stays loaded as long as this object lives (kept for the process, like a CDLL)."""
+
+    def __init__(self, tracker, exports: list[str]):
+        self._tracker = tracker
+        self._addresses = {n: tracker[n] for n in exports}
+
+    def address_of(self, name: str) -> int | None:
+        return self._addresses.get(name)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        addr = self._addresses.get(name)
+        if addr is None:
+            raise AttributeError(f"the JIT-loaded library exports no {name!r}")
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(addr)
+        setattr(self, name, fn)
+        return fn
+
+
+_orc_lock = threading.Lock()
+_orc: dict = {}
+
+
+def _orc_state() -> dict:
+    """The process's LLJIT (JITLink), the shared pthread key of the checked entries, and the
+    libraries symbols are resolved in (created once)."""
+    if _orc:
+        return _orc
+    import llvmlite.binding as llb
+    llb.initialize_native_target()
+    llb.initialize_native_asmprinter()
+    libc = ctypes.CDLL(None)
+    key = ctypes.c_uint32()
+    rc = libc.pthread_key_create(ctypes.byref(key), None)
+    if rc:
+        raise OSError(rc, "pthread_key_create failed: cannot load kernels without a C compiler")
+    handles = [libc]
+    for name in ("libm.so.6", "libgcc_s.so.1"):     # libm's functions, compiler-rt builtins
+        try:
+            handles.append(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL))
+        except OSError:
+            pass
+    tm = llb.Target.from_default_triple().create_target_machine(reloc="pic", codemodel="default")
+    _orc.update(jit=llb.create_lljit_compiler(tm, use_jit_link=True), key=key, handles=handles,
+                names=iter(range(1 << 62)))
+    return _orc
+
+
+def orc_load(obj: bytes, info: dict) -> JitLibrary:
+    """Load the object ``obj`` of a cache entry into the process (ORC): ``info["imports"]``
+    resolved in the loaded libraries (libomp first for a parallel kernel),
+    ``info["exports"]`` looked up.  Raises OSError if it cannot be loaded."""
+    import llvmlite.binding as llb
+    with _orc_lock:
+        st = _orc_state()
+        handles = list(st["handles"])
+        if info.get("openmp"):
+            from .threads import load_runtime
+            handles.insert(0, load_runtime())
+        b = llb.JITLibraryBuilder().add_object_img(obj)
+        for name in info.get("imports", []):
+            if name == "sparsecc_oom_key":
+                b.import_symbol(name, ctypes.addressof(st["key"]))
+                continue
+            for h in handles:
+                try:
+                    b.import_symbol(name, ctypes.cast(getattr(h, name), ctypes.c_void_p).value)
+                    break
+                except AttributeError:
+                    continue
+        b.add_current_process()         # what codegen added on its own (compiler-rt builtins)
+        exports = list(info.get("exports", []))
+        for name in exports:
+            b.export_symbol(name)
+        try:
+            tracker = b.link(st["jit"], f"sparsecc{next(st['names'])}")
+        except RuntimeError as err:
+            raise OSError(f"LLVM's ORC JIT could not load the kernel object: {err}") from None
+        return JitLibrary(tracker, exports)
+
+
+CPU = TargetKind(name="cpu", resolve=_cpu_resolve, key_params=("cpu", "features", "openmp", "linker"),
+                 facts=_cpu_facts, lower=lower, oom_variant=_cpu_oom_variant, codegen=_cpu_codegen,
+                 artifact=_cpu_artifact, link=_cpu_link, load=_cpu_load)
 
 # ----------------------------------------------------------------------------- cuda
 # (issue 17, docs/gpu.md.)  The host code is compiled and linked like the CPU's and called
@@ -374,4 +539,5 @@ CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "p
 #: every target kind, by name
 KINDS: dict[str, TargetKind] = {CPU.name: CPU, CUDA.name: CUDA}
 
-__all__ = ["DEFAULT", "KINDS", "Target", "TargetKind", "from_request", "make", "resolve"]
+__all__ = ["DEFAULT", "KINDS", "JitLibrary", "Target", "TargetKind", "c_compiler", "from_request", "make",
+           "resolve"]

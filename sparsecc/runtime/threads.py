@@ -237,15 +237,26 @@ def blocktime() -> int:
     return int(load_runtime().kmp_get_blocktime())
 
 
+def _global(lib, ctype, name: str):
+    """The global ``name`` of a loaded kernel library: a ``ctypes.CDLL``, or an object loaded
+    by ORC without a C compiler (``targets.JitLibrary``: ``address_of``).  ValueError if none."""
+    if isinstance(lib, ctypes.CDLL):
+        return ctype.in_dll(lib, name)
+    addr = lib.address_of(name)
+    if addr is None:
+        raise ValueError(name)
+    return ctype.from_address(addr)
+
+
 def register(lib: ctypes.CDLL) -> bool:
     """Point ``lib``'s thread count at the current setting and follow later changes; False
     if ``lib`` has no parallel loops."""
     try:
-        counter = ctypes.c_int32.in_dll(lib, "sparsecc_num_threads")
+        counter = _global(lib, ctypes.c_int32, "sparsecc_num_threads")
     except ValueError:
         return False
     try:
-        least = ctypes.c_int64.in_dll(lib, "sparsecc_min_parallel_work")
+        least = _global(lib, ctypes.c_int64, "sparsecc_min_parallel_work")
     except ValueError:                  # compiled before the work threshold: none to follow
         least = None
     with _lock:
