@@ -103,8 +103,8 @@ def test_c_program_against_the_header(libdir, tmp_path):
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
-def test_example_builds_and_runs():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "aot", "build.py")],
+def test_example_builds_and_runs(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "aot", "build.py"), str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "C[2,2] = 33" in r.stdout
