@@ -453,15 +453,35 @@ def _cuda_lower(module, options, facts):
     return gpu.lower(module, options, facts, facts.arch)
 
 
-def _cuda_codegen(llvm_ir: str, target: Target, options, exported: str) -> tuple[str, bytes]:
+def _cuda_host() -> Target:
+    """The CPU target the host side of a cuda kernel is compiled and linked for: this
+    machine's, linked by a C compiler (the mgpu* symbols resolve when the library is
+    loaded after libmlir_cuda_runtime.so, which ORC's in-process loader cannot do)."""
+    host = _cpu_target(None)
+    if host.param("linker", "cc") != "cc":
+        from ._worker import Rejected
+        raise Rejected("the cuda target links its host code with a C compiler: install one or set CC "
+                       "(CPU kernels need none)")
+    return host.replace(openmp_lib="")
+
+
+def _cuda_oom_variant(target: Target) -> str:
+    return "tls"                        # linked by a C compiler into a shared library
+
+
+def _cuda_artifact(target: Target) -> str:
+    return ".so"
+
+
+def _cuda_codegen(llvm_ir: str, target: Target, options, entry: str, oom: str):
     """The host module (PTX embedded as a constant, a constructor that loads it through
     mgpuModuleLoadJIT): compiled for this machine's CPU like a CPU kernel."""
-    return _cpu_codegen(llvm_ir, _cpu_target(None), options, exported)
+    return _cpu_codegen(llvm_ir, _cuda_host(), options, entry, oom)
 
 
-def _cuda_link(obj: bytes, out: str, target: Target, info: dict, entry: str, cc: str) -> None:
+def _cuda_link(obj: bytes, out: str, target: Target, info: dict) -> None:
     """Like the CPU's, without OpenMP; the mgpu* symbols stay undefined (see above)."""
-    _cpu_link(obj, out, _cpu_target(None).replace(openmp_lib=""), {**info, "openmp": False}, entry, cc)
+    _cpu_link(obj, out, _cuda_host(), {**info, "openmp": False})
 
 
 class NoDevice:
@@ -471,8 +491,11 @@ class NoDevice:
 
     def __init__(self, reason: str):
         self.reason = reason
-        self._handle = ctypes.CDLL(None)._handle     # no sparsecc_num_threads: not threaded
         self.sparsecc_entry = _Raise(reason)
+
+    def address_of(self, name: str) -> int:
+        """No globals (``threads.register``: not a threaded library)."""
+        raise ValueError(f"{name}: a cuda kernel that cannot run here has no globals")
 
 
 class _Raise:
@@ -504,7 +527,7 @@ def no_gpu_code_reason(info: dict) -> str:
 _cuda_loaded = False
 
 
-def _cuda_load(path: str, info: dict):
+def _cuda_load(path: str, info: dict, target: Target | None = None):
     """Probe the driver (ctypes), check the architecture, then load libmlir_cuda_runtime.so
     globally and the kernel library; otherwise a :class:`NoDevice` that raises at the call."""
     global _cuda_loaded
@@ -533,8 +556,8 @@ def _cuda_load(path: str, info: dict):
 
 
 CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "ptx", "tables"),
-                  facts=_cuda_facts, lower=_cuda_lower, codegen=_cuda_codegen, link=_cuda_link,
-                  load=_cuda_load)
+                  facts=_cuda_facts, lower=_cuda_lower, oom_variant=_cuda_oom_variant, codegen=_cuda_codegen,
+                  artifact=_cuda_artifact, link=_cuda_link, load=_cuda_load)
 
 #: every target kind, by name
 KINDS: dict[str, TargetKind] = {CPU.name: CPU, CUDA.name: CUDA}
