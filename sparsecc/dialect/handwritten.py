@@ -52,7 +52,7 @@ class Plan:
     a_first: bool = True                    # SpGEMM: A's factor is the left one of the product
 
     def role(self, name: str) -> str:
-        return dict(self.roles)[name]
+        return {n: r for r, n in self.roles}[name]
 
 
 _KINDS = ("float", "int", "complex")
@@ -291,6 +291,20 @@ def _module(decl: list[str], head: str, body: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _prefetch_next(t: "_Text", hi: str, fa: Format, fb: Format, T: str | None) -> None:
+    """Prefetch the B row of A's next entry in this row (``%p`` + 2, clamped): B's rows are
+    visited in random order, and the product loop stalled on their first loads."""
+    c2 = t.op("arith.constant 2 : index")
+    nx = t.op(f"arith.addi %p, {c2} : index")
+    last = t.op(f"arith.subi {hi}, %c1 : index")
+    nx2 = t.op(f"arith.minui {nx}, {last} : index")
+    kn = t.load_index("%A_crd", nx2, fa.crd_width)
+    bn = t.load_index("%B_pos", kn, fb.pos_width)
+    t(f"memref.prefetch %B_crd[{bn}], read, locality<3>, data : memref<?x{_ity(fb.crd_width)}>")
+    if T is not None:
+        t(f"memref.prefetch %B_val[{bn}], read, locality<3>, data : memref<?x{T}>")
+
+
 def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) -> list[str]:
     """``@count_row`` (phase 1) and ``@fill_row`` (phase 2) of SpGEMM: one row ``i`` with the
     marker / accumulator slice at ``base`` (a thread's own)."""
@@ -308,6 +322,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     hi = t.load_index("%A_pos", i1, fa.pos_width)
     t(f"%cnt = scf.for %p = {lo} to {hi} step %c1 iter_args(%c = %c0) -> (index) {{")
     kv = t.load_index("%A_crd", "%p", fa.crd_width)
+    _prefetch_next(t, hi, fa, fb, None)
     k1 = t.op(f"arith.addi {kv}, %c1 : index")
     blo = t.load_index("%B_pos", kv, fb.pos_width)
     bhi = t.load_index("%B_pos", k1, fb.pos_width)
@@ -340,40 +355,139 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     i1 = t.op("arith.addi %i, %c1 : index")
     lo = t.load_index("%A_pos", "%i", fa.pos_width)
     hi = t.load_index("%A_pos", i1, fa.pos_width)
-    t(f"%end = scf.for %p = {lo} to {hi} step %c1 iter_args(%w = %start) -> (index) {{")
+    t("%c6 = arith.constant 6 : index")
+    t("%c63 = arith.constant 63 : index")
+    t("%one = arith.constant 1 : i64")
+    t("%zero = arith.constant 0 : i64")
+    t("%false = arith.constant false")
+    t(f"%end, %mn, %mx = scf.for %p = {lo} to {hi} step %c1 iter_args(%w = %start, %lo0 = %n, %hi0 = %c0) "
+      f"-> (index, index, index) {{")
     kv = t.load_index("%A_crd", "%p", fa.crd_width)
+    _prefetch_next(t, hi, fa, fb, T)
     a = t.op(f"memref.load %A_val[%p] : memref<?x{T}>")
     k1 = t.op(f"arith.addi {kv}, %c1 : index")
     blo = t.load_index("%B_pos", kv, fb.pos_width)
     bhi = t.load_index("%B_pos", k1, fb.pos_width)
-    t(f"%w2 = scf.for %q = {blo} to {bhi} step %c1 iter_args(%ww = %w) -> (index) {{")
+    t(f"%w2, %lo2, %hi2 = scf.for %q = {blo} to {bhi} step %c1 iter_args(%ww = %w, %lo1 = %lo0, %hi1 = %hi0) "
+      f"-> (index, index, index) {{")
     jv = t.load_index("%B_crd", "%q", fb.crd_width)
     b = t.op(f"memref.load %B_val[%q] : memref<?x{T}>")
     prod = t.op(_mul(row, a, b) if plan.a_first else _mul(row, b, a))
     at = t.op(f"arith.addi %base, {jv} : index")
     mk = t.op(f"memref.load %mark[{at}] : memref<?xindex>")
     new = t.op(f"arith.cmpi ne, {mk}, %stamp : index")
-    res = t.op(f"scf.if {new} -> (index) {{")
+    r1, r2, r3 = t.fresh("r"), t.fresh("r"), t.fresh("r")
+    t(f"{r1}, {r2}, {r3} = scf.if {new} -> (index, index, index) {{")
     t(f"  memref.store %stamp, %mark[{at}] : memref<?xindex>")
     t(f"  memref.store {prod}, %acc[{at}] : memref<?x{T}>")
     t.store_index(jv, "%C_crd", "%ww", out.crd_width)
+    # this column's bit in the thread's bitmap (read back in column order below)
+    wd = t.op(f"arith.shrui {jv}, %c6 : index")
+    wa = t.op(f"arith.addi %wbase, {wd} : index")
+    bt = t.op(f"arith.andi {jv}, %c63 : index")
+    bt64 = t.op(f"arith.index_cast {bt} : index to i64")
+    bit = t.op(f"arith.shli %one, {bt64} : i64")
+    word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
+    word2 = t.op(f"arith.ori {word}, {bit} : i64")
+    t(f"memref.store {word2}, %bm[{wa}] : memref<?xi64>")
     inc = t.op("arith.addi %ww, %c1 : index")
-    t(f"  scf.yield {inc} : index")
+    mn = t.op(f"arith.minui %lo1, {jv} : index")
+    mx = t.op(f"arith.maxui %hi1, {jv} : index")
+    t(f"  scf.yield {inc}, {mn}, {mx} : index, index, index")
     t("} else {")
     old = t.op(f"memref.load %acc[{at}] : memref<?x{T}>")
     s = t.op(_add(row, old, prod))
     t(f"  memref.store {s}, %acc[{at}] : memref<?x{T}>")
-    t("  scf.yield %ww : index")
+    t("  scf.yield %ww, %lo1, %hi1 : index, index, index")
+    t("}")
+    t(f"scf.yield {r1}, {r2}, {r3} : index, index, index")
+    t("}")
+    t("scf.yield %w2, %lo2, %hi2 : index, index, index")
+    t("}")
+    # the row's coordinates in order: a row of up to 32 entries by insertion sort; a row whose
+    # bitmap words are few (at most 4 per entry) by reading the set bits in order; else heap sort
+    ln = t.op("arith.subi %end, %start : index")
+    c32 = t.op("arith.constant 32 : index")
+    small = t.op(f"arith.cmpi ule, {ln}, {c32} : index")
+    wlo = t.op("arith.shrui %mn, %c6 : index")
+    whi = t.op("arith.shrui %mx, %c6 : index")
+    whi1 = t.op(f"arith.addi {whi}, %c1 : index")
+    span = t.op(f"arith.subi {whi1}, {wlo} : index")
+    c4 = t.op("arith.constant 4 : index")
+    lim = t.op(f"arith.muli {ln}, {c4} : index")
+    dense = t.op(f"arith.cmpi ule, {span}, {lim} : index")
+    wide = t.op(f"arith.cmpi ugt, {span}, {lim} : index")
+    dirty = t.op(f"arith.ori {small}, {wide} : i1")
+    t(f"scf.if {small} {{")
+    p1 = t.op("arith.addi %start, %c1 : index")
+    t(f"scf.for %p = {p1} to %end step %c1 {{")
+    key = t.op(f"memref.load %C_crd[%p] : memref<?x{co}>")
+    q = t.fresh("q")
+    t(f"{q} = scf.while (%q0 = %p) : (index) -> index {{")
+    gt = t.op("arith.cmpi ugt, %q0, %start : index")
+    cond = t.op(f"scf.if {gt} -> (i1) {{")
+    qm = t.op("arith.subi %q0, %c1 : index")
+    prev = t.op(f"memref.load %C_crd[{qm}] : memref<?x{co}>")
+    c = t.op(f"arith.cmpi sgt, {prev}, {key} : {co}")
+    t(f"  scf.yield {c} : i1")
+    t("} else {")
+    t("  scf.yield %false : i1")
+    t("}")
+    t(f"scf.condition({cond}) %q0 : index")
+    t("} do {")
+    t("^bb0(%q1: index):")
+    qm = t.op("arith.subi %q1, %c1 : index")
+    prev = t.op(f"memref.load %C_crd[{qm}] : memref<?x{co}>")
+    t(f"  memref.store {prev}, %C_crd[%q1] : memref<?x{co}>")
+    t(f"  scf.yield {qm} : index")
+    t("}")
+    t(f"memref.store {key}, %C_crd[{q}] : memref<?x{co}>")
+    t("}")
+    t("} else {")
+    t(f"scf.if {dense} {{")
+    t(f"%wend = scf.for %x = {wlo} to {whi1} step %c1 iter_args(%w = %start) -> (index) {{")
+    wa = t.op("arith.addi %wbase, %x : index")
+    word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
+    nz = t.op(f"arith.cmpi ne, {word}, %zero : i64")
+    res = t.op(f"scf.if {nz} -> (index) {{")
+    t(f"  memref.store %zero, %bm[{wa}] : memref<?xi64>")
+    xb = t.op("arith.shli %x, %c6 : index")
+    got = t.fresh("got")
+    t(f"{got}:2 = scf.while (%v = {word}, %wv = %w) : (i64, index) -> (i64, index) {{")
+    more = t.op("arith.cmpi ne, %v, %zero : i64")
+    t(f"scf.condition({more}) %v, %wv : i64, index")
+    t("} do {")
+    t("^bb0(%v1: i64, %w1: index):")
+    tz = t.op("math.cttz %v1 : i64")
+    tzi = t.op(f"arith.index_cast {tz} : i64 to index")
+    j = t.op(f"arith.addi {xb}, {tzi} : index")
+    t.store_index(j, "%C_crd", "%w1", out.crd_width)
+    vm1 = t.op("arith.subi %v1, %one : i64")
+    v2 = t.op(f"arith.andi %v1, {vm1} : i64")
+    w3 = t.op("arith.addi %w1, %c1 : index")
+    t(f"  scf.yield {v2}, {w3} : i64, index")
+    t("}")
+    t(f"  scf.yield {got}#1 : index")
+    t("} else {")
+    t("  scf.yield %w : index")
     t("}")
     t(f"scf.yield {res} : index")
     t("}")
-    t("scf.yield %w2 : index")
-    t("}")
-    ln = t.op("arith.subi %end, %start : index")
-    # sort the row's coordinates (at most the row's stored entries)
+    t("} else {")
     sub = t.op(f"memref.subview %C_crd[%start] [{ln}] [1] : memref<?x{co}> to memref<?x{co}, strided<[1], offset: ?>>")
     t(f"sparse_tensor.sort heap_sort {ln}, {sub} {{perm_map = affine_map<(d0) -> (d0)>, ny = 0 : index}} "
       f": memref<?x{co}, strided<[1], offset: ?>>")
+    t("}")
+    t("}")
+    # clear the bits the row set (none are left where the bitmap was read)
+    t(f"scf.if {dirty} {{")
+    t("scf.for %p = %start to %end step %c1 {")
+    jv = t.load_index("%C_crd", "%p", out.crd_width)
+    wd = t.op(f"arith.shrui {jv}, %c6 : index")
+    wa = t.op(f"arith.addi %wbase, {wd} : index")
+    t(f"  memref.store %zero, %bm[{wa}] : memref<?xi64>")
+    t("}")
+    t("}")
     t("scf.for %p = %start to %end step %c1 {")
     jv = t.load_index("%C_crd", "%p", out.crd_width)
     at = t.op(f"arith.addi %base, {jv} : index")
@@ -382,7 +496,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("}")
     t("return")
     fill = (f"func.func private @fill_row(%i: index, %stamp: index, %base: index, %start: index, "
-            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, "
+            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %n: index, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -421,33 +535,49 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t(f"scf.for %x = %c0 to {size} step %c1 {{")
     t("  memref.store %cm1, %mark[%x] : memref<?xindex>")
     t("}")
+    c64 = t.op("arith.constant 64 : index")
+    t("%zero64 = arith.constant 0 : i64")
+    words = t.op(f"arith.ceildivui {n}, {c64} : index")
+    wsize = t.op(f"arith.muli {nt}, {words} : index")
+    wsize1 = t.op(f"arith.maxui {wsize}, %c1 : index")
+    t(f"%bm = memref.alloc({wsize1}) : memref<?xi64>")
+    t(f"scf.for %x = %c0 to {wsize} step %c1 {{")
+    t("  memref.store %zero64, %bm[%x] : memref<?xi64>")
+    t("}")
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
     args_count = f"%A_pos, %A_crd, %B_pos, %B_crd"
     types_count = f"memref<?x{pa}>, memref<?x{ca}>, memref<?x{pb}>, memref<?x{cb}>"
 
     def thread_slice(body):
-        """``body(base, mark, acc)`` with this thread's marker slice, or (a thread number past
-        the ones allocated for) a marker of its own."""
+        """``body(base, mark, acc, wbase, bm)`` with this thread's marker, accumulator and
+        bitmap slices, or (a thread number past the ones allocated for) its own."""
         if not parallel:
-            body("%c0", "%mark", "%acc")
+            body("%c0", "%mark", "%acc", "%c0", "%bm")
             return
         tid0 = t.op("func.call @omp_get_thread_num() : () -> i32")
         tid = t.op(f"arith.index_cast {tid0} : i32 to index")
         ok = t.op(f"arith.cmpi ult, {tid}, {nt} : index")
         t(f"scf.if {ok} {{")
         base = t.op(f"arith.muli {tid}, {n} : index")
-        body(base, "%mark", "%acc")
+        wbase = t.op(f"arith.muli {tid}, {words} : index")
+        body(base, "%mark", "%acc", wbase, "%bm")
         t("} else {")
         n1 = t.op(f"arith.maxui {n}, %c1 : index")
         own = t.op(f"memref.alloc({n1}) : memref<?xindex>")
         acc = t.op(f"memref.alloc({n1}) : memref<?x{T}>")
+        w1 = t.op(f"arith.maxui {words}, %c1 : index")
+        bm = t.op(f"memref.alloc({w1}) : memref<?xi64>")
         t(f"scf.for %y = %c0 to {n} step %c1 {{")
         t(f"  memref.store %cm1, {own}[%y] : memref<?xindex>")
         t("}")
-        body("%c0", own, acc)
+        t(f"scf.for %y = %c0 to {words} step %c1 {{")
+        t(f"  memref.store %zero64, {bm}[%y] : memref<?xi64>")
+        t("}")
+        body("%c0", own, acc, "%c0", bm)
         t(f"memref.dealloc {own} : memref<?xindex>")
         t(f"memref.dealloc {acc} : memref<?x{T}>")
+        t(f"memref.dealloc {bm} : memref<?xi64>")
         t("}")
 
     # phase 1: each row's count of distinct columns
@@ -457,7 +587,7 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", "%i", fa.pos_width)      # (the thread count follows A's entries)
     t.load_index("%A_pos", i1, fa.pos_width)
 
-    def count(base, mark, acc):
+    def count(base, mark, acc, wbase, bm):
         c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {args_count}) : "
                  f"(index, index, index, memref<?xindex>, {types_count}) -> index")
         t.store_index(c, "%C_pos", i1, pw)
@@ -483,14 +613,16 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     start = t.load_index("%C_pos", "%i", pw)
     stamp = t.op(f"arith.addi %i, {m} : index")
 
-    def fill(base, mark, acc):
-        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, %A_pos, %A_crd, %A_val, "
+    def fill(base, mark, acc, wbase, bm):
+        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, {wbase}, {bm}, {n}, "
+          f"%A_pos, %A_crd, %A_val, "
           f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, index, memref<?xindex>, "
-          f"memref<?x{T}>, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
+          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
     t(closing)
     t("memref.dealloc %mark : memref<?xindex>")
+    t("memref.dealloc %bm : memref<?xi64>")
     t(f"memref.dealloc %acc : memref<?x{T}>")
     spec = _spec_struct(t, m, n, m1, nnz)
     t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
