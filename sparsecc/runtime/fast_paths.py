@@ -12,11 +12,13 @@ from . import targets
 from .loader import load_module
 
 
-def compiled(stmt, formats, dtypes, options: Options, out_format, make):
+def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bool = False):
     """The loaded hand-written kernel for this specialization, or None.  ``make(key, sig,
-    mlir, mod)`` builds the ``Compiled`` (specialization.py's)."""
+    mlir, mod)`` builds the ``Compiled`` (specialization.py's).  ``huge`` (a dimension much
+    larger than the stored entries): SpGEMM's per-thread workspaces are the size of the
+    result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
     plan = handwritten.match(stmt, formats, dtypes, out_format)
-    if plan is None:
+    if plan is None or (huge and plan.kind == "spgemm"):
         return None
     parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
     fmts = dict(zip(stmt.operands, formats))
@@ -28,3 +30,10 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make):
         raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
                             f"{len(mod.info['arg_types'])} arguments, the runtime expected {n}")
     return make(mod.key, sig, mlir, mod)
+
+
+def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
+    """Whether the hand-written kernel for this specialization has workspaces the size of a
+    dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
+    plan = handwritten.match(stmt, formats, dtypes, out_format)
+    return plan is not None and plan.kind == "spgemm"

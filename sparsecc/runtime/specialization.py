@@ -83,7 +83,8 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
     temporary sized by a dimension (:func:`_attempts`)."""
     attempts = _attempts(stmt, formats, out_format, huge)
     mem_key = (stmt, formats, dtypes, options, out_format)
-    if huge and attempts != _attempts(stmt, formats, out_format):
+    if huge and (attempts != _attempts(stmt, formats, out_format)
+                 or fast_paths.sized_by_dimension(stmt, formats, dtypes, out_format)):
         mem_key += ("huge",)
     got = _loaded.get(mem_key)
     if got is not None:
@@ -99,7 +100,7 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         # SDDMM / SpGEMM with CSR results: hand-written parallel loops (runtime/fast_paths.py)
         got = fast_paths.compiled(stmt, formats, dtypes, options, out_format,
                                   lambda key, sig, mlir, mod: Compiled(key, sig, formats, out_format, mlir,
-                                                                       mod.lib, mod.entry, mod.info_path))
+                                                                       mod.lib, mod.entry, mod.info_path), huge)
         if got is not None:
             _loaded[mem_key] = got
             return got
