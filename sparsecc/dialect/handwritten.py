@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import dtypes as dt
 from ..expr import Access, Binary, Reduce, Statement
 from ..formats import Format
@@ -264,6 +266,18 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t.store_index(hi, "%C_pos", i1, pw)
     t(f"scf.for %p = {lo} to {hi} step %c1 {{")
     jv = t.load_index("%A_crd", "%p", fa.crd_width)
+    if not plan.y_t:
+        # prefetch the row of Y two entries ahead (one line per 64 bytes): Y's rows are read
+        # in the mask's column order, and the dot product waited on their loads
+        c2 = t.op("arith.constant 2 : index")
+        nx = t.op(f"arith.addi %p, {c2} : index")
+        last = t.op(f"arith.subi {hi}, %c1 : index")
+        nx2 = t.op(f"arith.minui {nx}, {last} : index")
+        jn = t.load_index("%A_crd", nx2, fa.crd_width)
+        line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
+        t(f"scf.for %kp = %c0 to {kk} step {line} {{")
+        t(f"  memref.prefetch %Y[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
+        t("}")
     t.store_index(jv, "%C_crd", "%p", cw)
     a = t.op(f"memref.load %A_val[%p] : memref<?x{row.storage}>")
     # the dot product with U partial sums (k = u mod U), added pairwise at the end: a chain of
