@@ -61,6 +61,11 @@ _KINDS = ("float", "int", "complex")
 #: SDDMM's partial sums per dot product (8 measured no faster on this machine: the loop waits
 #: on the rows of Y, not on its adds)
 _UNROLL = 1
+#: SpGEMM: a row of at most this many entries is put in order by insertion sort
+INSERTION_MAX = 32
+#: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
+#: columns each) number at most this many per entry; else it is heap sorted
+SCAN_WORDS_PER_ENTRY = 4
 
 
 def _factors(e) -> list | None:
@@ -428,6 +433,15 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
     word2 = t.op(f"arith.ori {word}, {bit} : i64")
     t(f"memref.store {word2}, %bm[{wa}] : memref<?xi64>")
+    # and the word's bit in the summary (bit w of summary word w / 64: bitmap word w is in use)
+    sw = t.op(f"arith.shrui {wd}, %c6 : index")
+    sa = t.op(f"arith.addi %sbase, {sw} : index")
+    sbt = t.op(f"arith.andi {wd}, %c63 : index")
+    sbt64 = t.op(f"arith.index_cast {sbt} : index to i64")
+    sbit = t.op(f"arith.shli %one, {sbt64} : i64")
+    sword = t.op(f"memref.load %sm[{sa}] : memref<?xi64>")
+    sword2 = t.op(f"arith.ori {sword}, {sbit} : i64")
+    t(f"memref.store {sword2}, %sm[{sa}] : memref<?xi64>")
     inc = t.op("arith.addi %ww, %c1 : index")
     mn = t.op(f"arith.minui %lo1, {jv} : index")
     mx = t.op(f"arith.maxui %hi1, {jv} : index")
@@ -443,15 +457,18 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("scf.yield %w2, %lo2, %hi2 : index, index, index")
     t("}")
     # the row's coordinates in order: a row of up to 32 entries by insertion sort; a row whose
-    # bitmap words are few (at most 4 per entry) by reading the set bits in order; else heap sort
+    # summary words are few (at most 4 per entry; one summary word covers 4096 columns) by
+    # reading the set bits of the summary, then of the bitmap words it marks, in order;
+    # else heap sort
     ln = t.op("arith.subi %end, %start : index")
-    c32 = t.op("arith.constant 32 : index")
+    c32 = t.op(f"arith.constant {INSERTION_MAX} : index")
     small = t.op(f"arith.cmpi ule, {ln}, {c32} : index")
-    wlo = t.op("arith.shrui %mn, %c6 : index")
-    whi = t.op("arith.shrui %mx, %c6 : index")
+    c12 = t.op("arith.constant 12 : index")
+    wlo = t.op(f"arith.shrui %mn, {c12} : index")
+    whi = t.op(f"arith.shrui %mx, {c12} : index")
     whi1 = t.op(f"arith.addi {whi}, %c1 : index")
     span = t.op(f"arith.subi {whi1}, {wlo} : index")
-    c4 = t.op("arith.constant 4 : index")
+    c4 = t.op(f"arith.constant {SCAN_WORDS_PER_ENTRY} : index")
     lim = t.op(f"arith.muli {ln}, {c4} : index")
     dense = t.op(f"arith.cmpi ule, {span}, {lim} : index")
     wide = t.op(f"arith.cmpi ugt, {span}, {lim} : index")
@@ -483,15 +500,28 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("}")
     t("} else {")
     t(f"scf.if {dense} {{")
-    t(f"%wend = scf.for %x = {wlo} to {whi1} step %c1 iter_args(%w = %start) -> (index) {{")
-    wa = t.op("arith.addi %wbase, %x : index")
+    t(f"%wend = scf.for %sx = {wlo} to {whi1} step %c1 iter_args(%w = %start) -> (index) {{")
+    sa = t.op("arith.addi %sbase, %sx : index")
+    sword = t.op(f"memref.load %sm[{sa}] : memref<?xi64>")
+    snz = t.op(f"arith.cmpi ne, {sword}, %zero : i64")
+    sres = t.op(f"scf.if {snz} -> (index) {{")
+    t(f"  memref.store %zero, %sm[{sa}] : memref<?xi64>")
+    sxb = t.op("arith.shli %sx, %c6 : index")
+    sgot = t.fresh("sgot")
+    t(f"{sgot}:2 = scf.while (%u = {sword}, %wu = %w) : (i64, index) -> (i64, index) {{")
+    smore = t.op("arith.cmpi ne, %u, %zero : i64")
+    t(f"scf.condition({smore}) %u, %wu : i64, index")
+    t("} do {")
+    t("^bb0(%u1: i64, %wu1: index):")
+    stz = t.op("math.cttz %u1 : i64")
+    stzi = t.op(f"arith.index_cast {stz} : i64 to index")
+    x = t.op(f"arith.addi {sxb}, {stzi} : index")
+    wa = t.op(f"arith.addi %wbase, {x} : index")
     word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
-    nz = t.op(f"arith.cmpi ne, {word}, %zero : i64")
-    res = t.op(f"scf.if {nz} -> (index) {{")
     t(f"  memref.store %zero, %bm[{wa}] : memref<?xi64>")
-    xb = t.op("arith.shli %x, %c6 : index")
+    xb = t.op(f"arith.shli {x}, %c6 : index")
     got = t.fresh("got")
-    t(f"{got}:2 = scf.while (%v = {word}, %wv = %w) : (i64, index) -> (i64, index) {{")
+    t(f"{got}:2 = scf.while (%v = {word}, %wv = %wu1) : (i64, index) -> (i64, index) {{")
     more = t.op("arith.cmpi ne, %v, %zero : i64")
     t(f"scf.condition({more}) %v, %wv : i64, index")
     t("} do {")
@@ -505,11 +535,15 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     w3 = t.op("arith.addi %w1, %c1 : index")
     t(f"  scf.yield {v2}, {w3} : i64, index")
     t("}")
-    t(f"  scf.yield {got}#1 : index")
+    um1 = t.op("arith.subi %u1, %one : i64")
+    u2 = t.op(f"arith.andi %u1, {um1} : i64")
+    t(f"  scf.yield {u2}, {got}#1 : i64, index")
+    t("}")
+    t(f"  scf.yield {sgot}#1 : index")
     t("} else {")
     t("  scf.yield %w : index")
     t("}")
-    t(f"scf.yield {res} : index")
+    t(f"scf.yield {sres} : index")
     t("}")
     t("} else {")
     sub = t.op(f"memref.subview %C_crd[%start] [{ln}] [1] : memref<?x{co}> to memref<?x{co}, strided<[1], offset: ?>>")
@@ -524,6 +558,9 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     wd = t.op(f"arith.shrui {jv}, %c6 : index")
     wa = t.op(f"arith.addi %wbase, {wd} : index")
     t(f"  memref.store %zero, %bm[{wa}] : memref<?xi64>")
+    sw = t.op(f"arith.shrui {wd}, %c6 : index")
+    sa = t.op(f"arith.addi %sbase, {sw} : index")
+    t(f"  memref.store %zero, %sm[{sa}] : memref<?xi64>")
     t("}")
     t("}")
     t("scf.for %p = %start to %end step %c1 {")
@@ -534,7 +571,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("}")
     t("return")
     fill = (f"func.func private @fill_row(%i: index, %stamp: index, %base: index, %start: index, "
-            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %n: index, "
+            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -582,6 +619,13 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t(f"scf.for %x = %c0 to {wsize} step %c1 {{")
     t("  memref.store %zero64, %bm[%x] : memref<?xi64>")
     t("}")
+    swords = t.op(f"arith.ceildivui {words}, {c64} : index")
+    ssize = t.op(f"arith.muli {nt}, {swords} : index")
+    ssize1 = t.op(f"arith.maxui {ssize}, %c1 : index")
+    t(f"%sm = memref.alloc({ssize1}) : memref<?xi64>")
+    t(f"scf.for %x = %c0 to {ssize} step %c1 {{")
+    t("  memref.store %zero64, %sm[%x] : memref<?xi64>")
+    t("}")
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
     args_count = f"%A_pos, %A_crd, %B_pos, %B_crd"
@@ -591,7 +635,7 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
         """``body(base, mark, acc, wbase, bm)`` with this thread's marker, accumulator and
         bitmap slices, or (a thread number past the ones allocated for) its own."""
         if not parallel:
-            body("%c0", "%mark", "%acc", "%c0", "%bm")
+            body("%c0", "%mark", "%acc", "%c0", "%bm", "%c0", "%sm")
             return
         tid0 = t.op("func.call @omp_get_thread_num() : () -> i32")
         tid = t.op(f"arith.index_cast {tid0} : i32 to index")
@@ -599,7 +643,8 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
         t(f"scf.if {ok} {{")
         base = t.op(f"arith.muli {tid}, {n} : index")
         wbase = t.op(f"arith.muli {tid}, {words} : index")
-        body(base, "%mark", "%acc", wbase, "%bm")
+        sbase = t.op(f"arith.muli {tid}, {swords} : index")
+        body(base, "%mark", "%acc", wbase, "%bm", sbase, "%sm")
         t("} else {")
         n1 = t.op(f"arith.maxui {n}, %c1 : index")
         own = t.op(f"memref.alloc({n1}) : memref<?xindex>")
@@ -612,7 +657,13 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
         t(f"scf.for %y = %c0 to {words} step %c1 {{")
         t(f"  memref.store %zero64, {bm}[%y] : memref<?xi64>")
         t("}")
-        body("%c0", own, acc, "%c0", bm)
+        s1 = t.op(f"arith.maxui {swords}, %c1 : index")
+        smo = t.op(f"memref.alloc({s1}) : memref<?xi64>")
+        t(f"scf.for %y = %c0 to {swords} step %c1 {{")
+        t(f"  memref.store %zero64, {smo}[%y] : memref<?xi64>")
+        t("}")
+        body("%c0", own, acc, "%c0", bm, "%c0", smo)
+        t(f"memref.dealloc {smo} : memref<?xi64>")
         t(f"memref.dealloc {own} : memref<?xindex>")
         t(f"memref.dealloc {acc} : memref<?x{T}>")
         t(f"memref.dealloc {bm} : memref<?xi64>")
@@ -625,7 +676,7 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", "%i", fa.pos_width)      # (the thread count follows A's entries)
     t.load_index("%A_pos", i1, fa.pos_width)
 
-    def count(base, mark, acc, wbase, bm):
+    def count(base, mark, acc, wbase, bm, sbase, sm):
         c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {args_count}) : "
                  f"(index, index, index, memref<?xindex>, {types_count}) -> index")
         t.store_index(c, "%C_pos", i1, pw)
@@ -651,16 +702,17 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     start = t.load_index("%C_pos", "%i", pw)
     stamp = t.op(f"arith.addi %i, {m} : index")
 
-    def fill(base, mark, acc, wbase, bm):
-        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, {wbase}, {bm}, {n}, "
+    def fill(base, mark, acc, wbase, bm, sbase, sm):
+        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, "
           f"%A_pos, %A_crd, %A_val, "
           f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, index, memref<?xindex>, "
-          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
+          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
     t(closing)
     t("memref.dealloc %mark : memref<?xindex>")
     t("memref.dealloc %bm : memref<?xi64>")
+    t("memref.dealloc %sm : memref<?xi64>")
     t(f"memref.dealloc %acc : memref<?x{T}>")
     spec = _spec_struct(t, m, n, m1, nnz)
     t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
