@@ -269,3 +269,12 @@ def test_large_call_in_a_subprocess():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_sddmm_non_contiguous_dense_operands():
+    rng = np.random.default_rng(13)
+    A = _csr((30, 20), 120, "float64", rng)
+    X = np.asfortranarray(rng.random((30, 5)))
+    Y = rng.random((5, 20)).T                    # a transposed view
+    D = sc.einsum("ij,ik,jk->ij", A, X, Y, prune=True)
+    _same(D, np.einsum("ij,ik,jk->ij", A.toarray(), X, Y))
