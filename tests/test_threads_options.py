@@ -175,8 +175,9 @@ def _parallel_loops(k) -> bool:
     ("spmv", "csc", False),       # outer loop is the summed index: would race on y
     ("col-sum", "csr", False),
     ("sum", "csr", False),        # a reduction into one scalar: would reorder the sum
-    ("sddmm", "csr", False),      # sparse result: MLIR never parallelizes it
-    ("spgemm", "csr", False),
+    ("sddmm", "csr", True),       # sparse results: hand-written row loops (dialect/handwritten.py)
+    ("spgemm", "csr", True),
+    ("sddmm", "coo", False),      # a sparse result MLIR builds: it never parallelizes it
 ])
 def test_auto_parallelizes_only_where_safe(kernel, fmt, expected):
     k = _check(kernel, fmt, "auto")

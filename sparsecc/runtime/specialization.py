@@ -28,7 +28,7 @@ from ..expr import Reduce, Statement, accesses, infer_dtypes
 from ..formats import Format, resolve
 from ..options import Options
 from ..patterns import check_sparse_result, default_result_format
-from . import compiler, targets
+from . import compiler, fast_paths, targets
 from .loader import STATS, load_module, read_stages
 
 #: loaded specializations by (statement, formats, dtypes, options, result format); the call
@@ -83,7 +83,8 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
     temporary sized by a dimension (:func:`_attempts`)."""
     attempts = _attempts(stmt, formats, out_format, huge)
     mem_key = (stmt, formats, dtypes, options, out_format)
-    if huge and attempts != _attempts(stmt, formats, out_format):
+    if huge and (attempts != _attempts(stmt, formats, out_format)
+                 or fast_paths.sized_by_dimension(stmt, formats, dtypes, out_format)):
         mem_key += ("huge",)
     got = _loaded.get(mem_key)
     if got is not None:
@@ -95,6 +96,13 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         got = _loaded.get(mem_key)
         if got is not None:
             STATS.hits += 1
+            return got
+        # SDDMM / SpGEMM with CSR results: hand-written parallel loops (runtime/fast_paths.py)
+        got = fast_paths.compiled(stmt, formats, dtypes, options, out_format,
+                                  lambda key, sig, mlir, mod: Compiled(key, sig, formats, out_format, mlir,
+                                                                       mod.lib, mod.entry, mod.info_path), huge)
+        if got is not None:
+            _loaded[mem_key] = got
             return got
         fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
         mlir, sig, mod = _first_that_compiles(

@@ -1,0 +1,39 @@
+"""Specializations served by hand-written loop kernels (``dialect/handwritten.py``): SDDMM
+and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specialize`` asks
+:func:`compiled` first; None means the ordinary sparsifier path."""
+
+from __future__ import annotations
+
+from ..dialect import handwritten
+from ..dialect.signature import KernelSignature
+from ..errors import SparseccError
+from ..options import Options
+from . import targets
+from .loader import load_module
+
+
+def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bool = False):
+    """The loaded hand-written kernel for this specialization, or None.  ``make(key, sig,
+    mlir, mod)`` builds the ``Compiled`` (specialization.py's).  ``huge`` (a dimension much
+    larger than the stored entries): SpGEMM's per-thread workspaces are the size of the
+    result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
+    plan = handwritten.match(stmt, formats, dtypes, out_format)
+    if plan is None or (huge and plan.kind == "spgemm"):
+        return None
+    parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
+    fmts = dict(zip(stmt.operands, formats))
+    mlir = handwritten.emit(plan, fmts, out_format, dtypes[0], parallel)
+    mod = load_module(mlir, what=f"'{stmt}' ({plan.kind}, hand-written loops)", options=options, memo=False)
+    sig = KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], out_format)
+    n = len(plan.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
+    if len(mod.info["arg_types"]) != n:
+        raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
+                            f"{len(mod.info['arg_types'])} arguments, the runtime expected {n}")
+    return make(mod.key, sig, mlir, mod)
+
+
+def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
+    """Whether the hand-written kernel for this specialization has workspaces the size of a
+    dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
+    plan = handwritten.match(stmt, formats, dtypes, out_format)
+    return plan is not None and plan.kind == "spgemm"
