@@ -488,3 +488,17 @@ def test_on_the_device_operands_untouched_and_large():
     np.testing.assert_allclose(y, A @ x, rtol=1e-12, atol=1e-12)
     for a, b in zip(before, (A.data, A.indices, A.indptr, x)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_cpu_kernel_with_the_same_bytes_does_not_stand_in():
+    """A cuda kernel without GPU code can have a CPU kernel's very bytes: the library loaded
+    for the CPU must not be handed out for it (found in suite order: a CPU 'ij->' first)."""
+    code = ("import scipy.sparse as sp, sparsecc as sc\n"
+            "A = sp.random_array((6, 5), density=0.5, format='csr', random_state=0)\n"
+            "sc.einsum('ij->', A)\n"
+            "k = sc.compile('ij->', 'csr', device='cuda')\n"
+            "try:\n    k(A)\nexcept sc.DeviceError:\n    print('refused')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "refused"

@@ -97,8 +97,7 @@ class _Libraries:
                 continue
             _Libraries._installed.add(key)
             try:
-                if cache.lookup(key) is None:
-                    cache._install(cache.cache_dir(), key, info, data)
+                cache.install_shipped(key, info, data)
             except OSError:         # an unwritable cache: the worker compiles instead
                 pass
 
@@ -196,9 +195,7 @@ def _ship(spec: _Spec, cspec, metas, rank: int) -> _Libraries:
         for key in keys:
             e = cache.lookup(key)
             if e is not None:
-                info = dict(e.info, stages={})      # the IR text stays here: small tasks
-                info["checksum"] = cache._checksum(info)
-                entries.append((key, info, e.data))
+                entries.append(cache.shippable(e))  # the IR text stays here: small tasks
     except Exception:   # noqa: BLE001 - shipping is an optimization; the workers compile instead
         entries = []
     return _Libraries(entries)
@@ -219,12 +216,10 @@ def call(kernel, args, ship: bool = True):
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
 
-    from ..runtime.specialization import _result_dtype
     from .. import dtypes as dt
 
     stmt = kernel.stmt
-    info = kernel._static()
-    names, whats = stmt.operands, info.whats
+    names, whats = stmt.operands, kernel.operand_descriptions()
     inds: dict[str, tuple[str, ...]] = {}
     for a in accesses(stmt.expr):
         if inds.setdefault(a.tensor, tuple(a.indices)) != tuple(a.indices):
@@ -283,8 +278,8 @@ def call(kernel, args, ship: bool = True):
             sparse_ops.append(not isinstance(meta, np.ndarray))
         dtypes.append(dt.lookup(x.dtype, what).name)
     out_shape = tuple(size[i] for i in out_inds)
-    out_fmt = kernel._result_format(frozenset(n for n, s in zip(names, sparse_ops) if s), out_shape)
-    out_dtype = np.dtype(_result_dtype(stmt, tuple(dtypes)))
+    out_fmt = kernel.result_format([n for n, s in zip(names, sparse_ops) if s], out_shape)
+    out_dtype = kernel.result_dtype(dtypes)
     rank = len(out_inds)
 
     spec = _Spec(stmt, kernel.formats, kernel.options, kernel.source, kernel.out_format, kernel.prune,

@@ -77,7 +77,7 @@ _state_lock = threading.Lock()
 _refused: dict[str, str] = {}            # folder -> why it was refused (warned once)
 _private: tuple[str, int] | None = None  # (the private fallback folder, the pid that made it)
 _names = itertools.count()              # unique temporary names within this process
-_libs: dict = {}                        # SHA-256 of a library's bytes -> the loaded library
+_libs: dict = {}                        # (target kind, SHA-256 of the bytes) -> the loaded library
 _libs_lock = threading.Lock()
 
 
@@ -364,6 +364,22 @@ def store(key: str, info: dict, built: str) -> Entry:
     return Entry(key, info, data, d)
 
 
+def shippable(entry: "Entry") -> tuple[str, dict, bytes]:
+    """``(key, info, library bytes)`` of a verified entry, to install in another process's
+    cache folder with :func:`install_shipped` (the IR stages left out: small to send)."""
+    info = dict(entry.info, stages={})
+    info["checksum"] = _checksum(info)
+    return entry.key, info, entry.data
+
+
+def install_shipped(key: str, info: dict, data: bytes) -> None:
+    """Install an entry made by :func:`shippable` in this process's cache folder, unless the
+    key is there already; :func:`lookup` verifies it like any other entry.  OSError when the
+    folder cannot be written."""
+    if lookup(key) is None:
+        _install(cache_dir(), key, info, data)
+
+
 def _install(d: str, key: str, info: dict, data: bytes) -> None:
     so, meta = paths(key, d)
     tmps = []
@@ -388,13 +404,15 @@ def _install(d: str, key: str, info: dict, data: bytes) -> None:
 def open_library(entry: Entry, target=None) -> ctypes.CDLL:
     """Load exactly the bytes ``entry`` verified, from a private copy (see the module
     docstring), with ``target``'s loader (None: the default options' target); a library
-    with the same bytes is loaded once per process."""
+    with the same bytes is loaded once per process and target kind (a cuda kernel without
+    GPU code can have a CPU kernel's very bytes, but its loader refuses to run it)."""
     if target is None:
         from ..options import DEFAULT
         from .targets import resolve
         target = resolve(DEFAULT)
     with _libs_lock:
-        lib = _libs.get(entry.sha256)
+        loaded = (target.name, entry.sha256)
+        lib = _libs.get(loaded)
         if lib is not None:
             return lib
         name = f".{entry.key}.{os.getpid()}.{next(_names)}.load{artifact_ext()}"
@@ -414,5 +432,5 @@ def open_library(entry: Entry, target=None) -> ctypes.CDLL:
             lib = target.kind.load(path, entry.info, target)
         finally:
             _remove(path)
-        _libs[entry.sha256] = lib
+        _libs[loaded] = lib
         return lib

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import DeviceError, FormatError, OperandError, SparseccError
 from ..expr import Statement, accesses, describe
 from ..formats import Format, resolve
@@ -121,6 +123,20 @@ class Kernel:
         if info is None:
             info = self._call_info = _CallInfo(self.stmt)
         return info
+
+    def operand_descriptions(self) -> list[str]:
+        """How errors name each operand (``"operand 0"``, ``"'A'"``), in operand order."""
+        return list(self._static().whats)
+
+    def result_format(self, sparse_operands, shape: tuple[int, ...]) -> Format | None:
+        """The result's format (``None``: dense) for a call whose operands named in
+        ``sparse_operands`` are sparse and whose result has ``shape`` (front ends that plan
+        calls themselves: ``sparsecc.dask``)."""
+        return self._result_format(frozenset(sparse_operands), tuple(shape))
+
+    def result_dtype(self, dtypes) -> np.dtype:
+        """The result's NumPy dtype for operands of ``dtypes`` (names, in operand order)."""
+        return np.dtype(_result_dtype(self.stmt, tuple(dtypes)))
 
     def _result_format(self, sparse: frozenset, shape: tuple[int, ...]) -> Format | None:
         """The result's format for this call (``None``: dense), index widths resolved:
