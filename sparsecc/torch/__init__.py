@@ -109,18 +109,21 @@ def from_sparsecc(x) -> torch.Tensor:
     (its coordinates stacked into torch's one int64 index tensor: a copy)."""
     if not sp.issparse(x):
         return _tensor(x)
+    # check_invariants=False, said explicitly (torch warns otherwise): the buffers are a
+    # kernel's result or an already validated operand's
     shape = tuple(x.shape)
     f = x.format
     if f == "csr":
-        return torch.sparse_csr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+        return torch.sparse_csr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape, check_invariants=False)
     if f == "csc":
-        return torch.sparse_csc_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+        return torch.sparse_csc_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape, check_invariants=False)
     if f == "bsr":
-        return torch.sparse_bsr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape)
+        return torch.sparse_bsr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape, check_invariants=False)
     x = x if f == "coo" else x.tocoo()
     idx = torch.from_numpy(np.stack([np.asarray(c, np.int64) for c in x.coords]) if x.ndim
                            else np.zeros((0, x.nnz), np.int64))
-    return torch.sparse_coo_tensor(idx, _tensor(x.data), shape, is_coalesced=bool(x.has_canonical_format))
+    return torch.sparse_coo_tensor(idx, _tensor(x.data), shape, is_coalesced=bool(x.has_canonical_format),
+                                   check_invariants=False)
 
 
 def _width_format(t, spec):
@@ -177,12 +180,12 @@ def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
     if t.layout == torch.sparse_coo:
         if not t.is_coalesced():        # the gradient is on the coalesced pattern (as torch.sparse.mm's)
             return from_sparsecc(g)
-        return torch.sparse_coo_tensor(t._indices(), vals, t.shape, is_coalesced=True)
+        return torch.sparse_coo_tensor(t._indices(), vals, t.shape, is_coalesced=True, check_invariants=False)
     if t.layout == torch.sparse_csr:
-        return torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape)
+        return torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape, check_invariants=False)
     if t.layout == torch.sparse_csc:
-        return torch.sparse_csc_tensor(t.ccol_indices(), t.row_indices(), vals, t.shape)
-    return torch.sparse_bsr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape)
+        return torch.sparse_csc_tensor(t.ccol_indices(), t.row_indices(), vals, t.shape, check_invariants=False)
+    return torch.sparse_bsr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape, check_invariants=False)
 
 
 def _run(kernel, args: list, whats: list):
