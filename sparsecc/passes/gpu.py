@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import DEFAULT, Options
-from .pipeline import (BUFFERIZE, SPARSIFY, LOWER_TO_LLVM, PipelineFacts, _fill, _index32,
-                       pipeline_text, sparsify)
+from .pipeline import BUFFERIZE, LOWER_TO_LLVM, PipelineFacts, _fill, run_passes, sparsify, sparsify_and_bufferize
 
 #: the architecture compiled for when none is given and no device tells it (an H100/H200)
 DEFAULT_ARCH = "sm_90"
@@ -174,29 +173,11 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     (the host and gpu.module IR after outlining, before lowering) and ``ptx`` (the embedded
     PTX; empty when no loop could move to the GPU); ``info["gpu_kernels"]`` counts the
     launches."""
-    from mlir import passmanager
-
-    from .rewrites import parallel_strategy, restrict_to_tensor, sort_algorithm
-    from .widen_i1 import widen_i1_memrefs
-
     def run(passes):
-        if passes:
-            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+        run_passes(module, passes)
 
-    index32 = _index32(module)
-    names = [p for p, _ in SPARSIFY]
-    split = names.index("sparsification{enable-runtime-library=false<parallel>}")
-    run(sparsify(options)[:split])
     requested = STRATEGY if options.parallel == "auto" else options.parallel
-    strategy = parallel_strategy(module, requested)     # never a parallel reduction loop
-    passes = sparsify(options, strategy, index32)
-    cut = [p for p, _ in passes].index("sparse-buffer-rewrite")
-    run(passes[split:cut])
-    sort_algorithm(module, "heap_sort")
-    run(passes[cut:])
-    restrict_to_tensor(module)
-    run(BUFFERIZE)
-    widen_i1_memrefs(module)
+    strategy = sparsify_and_bufferize(module, options, requested)    # never a parallel reduction loop
     stages = {"sparsified": str(module)}
     codegen = gpu_codegen(arch)
     run(codegen[:1])                                    # sparse-gpu-codegen: the gpu.module appears

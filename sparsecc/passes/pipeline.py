@@ -234,42 +234,52 @@ def _index32(module) -> bool:
     return ok
 
 
+def run_passes(module, passes) -> None:
+    """Run ``passes`` (a table) on ``module``."""
+    from mlir import passmanager
+    if passes:
+        passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+
+
+def sparsify_and_bufferize(module, options: Options, requested: str) -> str:
+    """``SPARSIFY`` (with the parallelization strategy ``requested`` made safe for this
+    kernel once its loops are sorted), the rewrites between, ``BUFFERIZE`` and the ``i1``
+    widening: every target's first half.  Returns the strategy chosen."""
+    from .rewrites import parallel_strategy, restrict_to_tensor, sort_algorithm
+    from .widen_i1 import widen_i1_memrefs
+
+    index32 = _index32(module)
+    names = [p for p, _ in SPARSIFY]
+    split = names.index("sparsification{enable-runtime-library=false<parallel>}")
+    run_passes(module, sparsify(options)[:split])       # up to the loop sorting
+    strategy = parallel_strategy(module, requested)
+    passes = sparsify(options, strategy, index32)
+    cut = [p for p, _ in passes].index("sparse-buffer-rewrite")
+    run_passes(module, passes[split:cut])
+    sort_algorithm(module, "heap_sort")
+    run_passes(module, passes[cut:])
+    restrict_to_tensor(module)
+    run_passes(module, BUFFERIZE)
+    widen_i1_memrefs(module)
+    return strategy
+
+
 def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFacts()):
     """Run every pipeline and rewrite on ``module`` down to the LLVM dialect (inside the
     compile worker), for a machine with ``facts``.  Returns ``(module, stages, info)``: the
     lowered module, the ``sparsified`` stage's text, and what was chosen
     (``{"parallel": strategy, "openmp": bool}``)."""
-    from mlir import passmanager
+    from .rewrites import count_parallel_loops, inline_alloca_scopes, thread_count
 
-    from .rewrites import (count_parallel_loops, inline_alloca_scopes, parallel_strategy,
-                           restrict_to_tensor, sort_algorithm, thread_count)
-    from .widen_i1 import widen_i1_memrefs
-
-    def run(passes):
-        if passes:
-            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
-
-    index32 = _index32(module)
-    names = [p for p, _ in SPARSIFY]
-    split = names.index("sparsification{enable-runtime-library=false<parallel>}")
-    run(sparsify(options)[:split])              # up to the loop sorting
     requested = options.parallel
     if requested == "auto" and not facts.openmp:
         requested = "none"                      # no OpenMP runtime installed: serial code
-    strategy = parallel_strategy(module, requested)
-    passes = sparsify(options, strategy, index32)
-    cut = [p for p, _ in passes].index("sparse-buffer-rewrite")
-    run(passes[split:cut])
-    sort_algorithm(module, "heap_sort")
-    run(passes[cut:])
-    restrict_to_tensor(module)
-    run(BUFFERIZE)
-    widen_i1_memrefs(module)
+    strategy = sparsify_and_bufferize(module, options, requested)
     stages = {"sparsified": str(module)}
     openmp = count_parallel_loops(module) > 0
     if openmp:
-        run(OPENMP)
+        run_passes(module, OPENMP)
         inline_alloca_scopes(module)
         thread_count(module)
-    run(lower_to_llvm(openmp))
+    run_passes(module, lower_to_llvm(openmp))
     return module, stages, {"parallel": strategy, "openmp": openmp}
