@@ -17,7 +17,7 @@ per case (known bugs are strict xfails, so each flags once fixed).  The long run
     SPARSECC_DIFF_CASES=2000 python -m pytest -m slow tests/test_differential.py
 
 draws that many cases and fails listing every case that disagrees with NumPy and is not a
-known bug (see ``known_bug``).  (``%`` is not in the index-notation grammar: not tested.)
+known bug (see ``known_bug``).  ``//`` and ``%`` (NumPy's floor_divide and remainder) include zero divisors.
 """
 
 from __future__ import annotations
@@ -74,7 +74,11 @@ TEMPLATES = {
     "semiring_spmv_bool": (["bool"], ["lor_land", "land_lor"]),
     "semiring_ewise": (["float64"], ["min_plus", "max_times", "plus_times"]),   # ij,ij->ij
     "semiring_spgemm": (["float64"], ["min_plus", "max_plus", "plus_pair"]),      # ik,jk->ij
+    "mod_scalar": (["int64", "float64"], ["2", "-3", "0", "s", "inf"]),       # A % c
+    "mod_stored": (["int64", "float64"], [""]),                            # stored(A % B)
 }
+#: the division templates' operator and NumPy's function
+_DIVISIONS = {"floordiv": ("//", np.floor_divide), "mod": ("%", np.remainder)}
 BOOL_MONOIDS = ("lor", "land")
 
 
@@ -88,7 +92,7 @@ def cases(n: int, seed: int = SEED) -> list[Case]:
         dtypes, consts = TEMPLATES[t]
         dtype = str(rng.choice(dtypes))
         const = str(rng.choice(consts))
-        if t == "floordiv_scalar" and dtype == "int64" and const == "inf":
+        if t in ("floordiv_scalar", "mod_scalar") and dtype == "int64" and const == "inf":
             const = "-3"
         if t in ("monoid_rows", "monoid_cols") and dtype == "bool" and const not in BOOL_MONOIDS:
             const = str(rng.choice(BOOL_MONOIDS))
@@ -177,21 +181,21 @@ def build(case: Case):
         fmts = {"A": fa, "B": fb}
         return lambda: sc.evaluate(stmt, formats={k: v for k, v in fmts.items() if k in ops}, **ops)
 
-    if t == "floordiv_scalar":
-        if c == "s":
-            s = np.asarray(0, dt)           # a zero scalar operand
-            return ev("C[i,j] = A[i,j] // s", A=A, s=s), lambda: np.floor_divide(Ad, s)
-        if c == "inf":                      # the DSL has no inf literal: a 0-d operand
-            s = np.asarray(np.inf, dt)
-            return ev("C[i,j] = A[i,j] // s", A=A, s=s), lambda: np.floor_divide(Ad, s)
-        return ev(f"C[i,j] = A[i,j] // {c}", A=A), lambda: np.floor_divide(Ad, np.asarray(float(c), dt))
-    if t == "floordiv_stored":
+    if t in ("floordiv_scalar", "mod_scalar"):
+        op, fn = _DIVISIONS[t.split("_")[0]]
+        if c in ("s", "inf"):               # a zero 0-d operand; inf (the DSL has no inf literal)
+            s = np.asarray(0 if c == "s" else np.inf, dt)
+            return ev(f"C[i,j] = A[i,j] {op} s", A=A, s=s), lambda: fn(Ad, s)
+        return ev(f"C[i,j] = A[i,j] {op} {c}", A=A), lambda: fn(Ad, np.asarray(float(c), dt))
+    if t in ("floordiv_stored", "mod_stored"):
+        op, fn = _DIVISIONS[t.split("_")[0]]
+
         def ref():
             out = np.zeros((M, N), np.result_type(Ad, Bd))
             both = Am & Bm
-            out[both] = np.floor_divide(Ad[both], Bd[both])
+            out[both] = fn(Ad[both], Bd[both])
             return out
-        return ev("C[i,j] = stored(A[i,j] // B[i,j])", A=A, B=B), ref
+        return ev(f"C[i,j] = stored(A[i,j] {op} B[i,j])", A=A, B=B), ref
     if t == "pow":
         return ev(f"C[i,j] = pow(A[i,j], {c})", A=A), lambda: np.power(Ad, np.asarray(int(c), dt))
     if t == "compare":
