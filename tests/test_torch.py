@@ -606,3 +606,23 @@ def test_operand_modified_in_place_before_backward_is_reported():
     x.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def test_double_backward_raises_instead_of_a_silently_missing_term():
+    """Gradients are first order: differentiating a gradient (create_graph=True) must raise,
+    not drop sparsecc's part of the second-order term (it did: g had no grad_fn, and
+    ``grad(g.sum() + X.pow(2).sum(), X)`` returned only the X term)."""
+    torch.manual_seed(0)
+    A = torch.randn(8, 8, dtype=torch.float64)
+    A[A.abs() < 0.7] = 0
+    X = torch.randn(8, 4, dtype=torch.float64, requires_grad=True)
+    Y = sct.einsum("ij,jk->ik", A.to_sparse_csr(), X)
+    g, = torch.autograd.grad(Y.pow(2).sum(), X, create_graph=True)
+    with pytest.raises(sc.SparseccError, match="second-order gradients"):
+        torch.autograd.grad(g.sum() + X.pow(2).sum(), X)
+    g, = torch.autograd.grad(Y.pow(2).sum(), X, create_graph=True)
+    with pytest.raises(sc.SparseccError, match="second-order gradients"):
+        (g.sum() + X.pow(2).sum()).backward()
+    # first-order gradients are unchanged under create_graph
+    want = 2 * A.T @ (A @ X.detach())
+    assert torch.allclose(g.detach(), want)

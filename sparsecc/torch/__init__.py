@@ -169,7 +169,26 @@ class _Apply(torch.autograd.Function):
         out = [None, None]
         for k, (t, g) in enumerate(zip(ctx.tensors, grads)):
             out.append(None if g is None or k not in need else _grad_tensor(t, g))
+        if torch.is_grad_enabled():             # create_graph=True: the gradients are not differentiable
+            inputs = [x for x in (gout, *ctx.tensors) if isinstance(x, torch.Tensor) and x.requires_grad]
+            if inputs:
+                out = [g if g is None else _FirstOrder.apply(g, *inputs) for g in out]
         return tuple(out)
+
+
+class _FirstOrder(torch.autograd.Function):
+    """A gradient computed by compiled adjoints, tied to what it depends on, so that
+    differentiating it again raises instead of silently dropping its term."""
+
+    @staticmethod
+    def forward(ctx, g, *inputs):
+        return g.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise autodiff.NotDifferentiableError("second-order gradients through sparsecc kernels are not supported: "
+                                     "a gradient computed with create_graph=True cannot be differentiated "
+                                     "again (docs/torch.md)")
 
 
 def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
