@@ -198,9 +198,9 @@ class Format:
         the identity (``csf(2,0,1)``, as ``sc.explore`` labels its candidates) and fixed index
         widths (``csr[posWidth=32,crdWidth=32]``); a format without a name prints its MLIR
         encoding."""
-        if not self.name:
+        text = self.name or _preset_name(self)
+        if not text:
             return self.encoding()
-        text = self.name
         if text == "csf" and tuple(self.order) != tuple(range(self.rank)):
             text += "(" + ",".join(map(str, self.order)) + ")"
         widths = [f"{k}={w}" for k, w in (("posWidth", self.pos_width), ("crdWidth", self.crd_width)) if w]
@@ -316,6 +316,24 @@ def _with_widths(fmt: Format, pos: int, crd: int) -> Format:
 @lru_cache(maxsize=4096)
 def _fields(fmt: Format) -> list[tuple[str, int]]:
     return fmt._fields()
+
+
+def _preset_name(fmt: Format) -> str:
+    """The preset a nameless format has the structure of ("" if none): a format rebuilt from
+    its MLIR encoding (an AOT manifest) prints as ``csr`` again, not as its encoding."""
+    if fmt.block:
+        return ""
+    rank = len(fmt.levels)
+    for name in PRESETS:
+        if name == "bsr" or (rank != 2 and name in ("csr", "csc", "dcsr", "dcsc")):
+            continue
+        try:
+            preset = resolve(name, rank)
+        except FormatError:
+            continue
+        if replace(preset, pos_width=fmt.pos_width, crd_width=fmt.crd_width) == fmt:
+            return preset.name
+    return ""
 
 
 def resolve(spec, rank: int, what: str = "operand", block=None) -> Format:

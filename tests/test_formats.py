@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.formats import resolve
+from sparsecc.formats import Format, resolve
 from conftest import assert_matches, random_sparse
 
 rng = np.random.default_rng(11)
@@ -77,3 +77,18 @@ def test_bsr_coiterated_with_another_sparse_operand():
     B = sp.csr_array(np.arange(36.0).reshape(6, 6))
     got = sc.einsum("ij,ij->", B, B, formats=["bsr2x2", "bsr3x2"])     # block sizes differ
     assert np.isclose(got, (B.toarray() ** 2).sum())
+
+
+@pytest.mark.parametrize("name,rank", [("csr", 2), ("csc", 2), ("dcsr", 2), ("dcsc", 2), ("coo", 2), ("coo", 3),
+                                       ("csf", 3), ("dense", 2)])
+def test_a_nameless_format_prints_as_the_preset_it_is(name, rank):
+    """A format rebuilt from its levels (an AOT manifest's) printed its MLIR encoding in
+    errors next to the user's 'csr[...]'; it prints the preset's name now."""
+    f = resolve(name, rank).with_widths(32, 32) if name != "dense" else resolve(name, rank)
+    rebuilt = Format(f.levels, f.order, f.block, f.pos_width, f.crd_width)
+    assert rebuilt.name == "" and str(rebuilt) == str(f)
+
+
+def test_a_custom_format_still_prints_its_encoding():
+    f = Format(("dense", "compressed(nonordered)"))
+    assert str(f).startswith("#sparse_tensor.encoding<")
