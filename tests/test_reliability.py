@@ -713,3 +713,30 @@ def test_unusable_entry_is_rebuilt(damage, fresh):
     forget()
     assert_matches(spmv_csr(), want)                    # and found by the next process
     assert stats() == (misses + 1, disk_hits + 1)
+
+
+GROWTH_SCRIPT = """
+import numpy as np, scipy.sparse as sp, sparsecc as sc
+a = sp.random_array((1, 10**5), density=0.5, random_state=0, format="csr")
+try:
+    sc.einsum("ai,aj->ij", a, a, out_format="csr")      # 2.5e9 stored entries, grown by doubling
+    print("no MemoryError")
+except MemoryError as err:
+    print("grown:", err)
+b = sp.random_array((1, 300), density=0.5, random_state=0, format="csr")
+r = sc.einsum("ai,aj->ij", b, b, out_format="csr")
+assert np.allclose(r.toarray(), (b.T @ b).toarray())
+print("OK")
+"""
+
+
+def test_a_sparse_result_outgrowing_memory_is_a_memory_error_not_a_kill(tmp_path):
+    """Linux grants every realloc of a result that grows by doubling until touching the pages
+    gets the process killed (SIGKILL: an outer product with 2.5e11 entries on a 24 GB
+    machine).  The checked allocators refuse a request over half the physical memory, or
+    over SPARSECC_MAX_ALLOC_BYTES (set low here so the test stays small)."""
+    env = dict(os.environ, SPARSECC_CACHE_DIR=str(tmp_path), SPARSECC_MAX_ALLOC_BYTES=str(300 << 20))
+    r = subprocess.run([sys.executable, "-c", GROWTH_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert "grown: sparsecc: the kernel 'ai,aj->ij' ran out of memory" in r.stdout, r.stdout
+    assert r.stdout.strip().endswith("OK"), r.stdout

@@ -51,17 +51,66 @@ OOM_VARIANTS = ("tls", "key")
 _JMP_BUF_BYTES = 512      # >= sizeof(jmp_buf) (glibc: 200 on x86-64, 312 on AArch64)
 
 
-def _oom_wrapper(name: str, params: list[tuple[str, str]], nonzero: list[str]) -> str:
+# A request for more than half of the machine's physical memory (or than the
+# SPARSECC_MAX_ALLOC_BYTES environment variable says, read at each such request) fails like
+# a NULL from malloc.  Linux overcommits: a sparse result growing by doubling gets every
+# realloc granted until touching its pages makes the kernel kill the whole process (SIGKILL,
+# no MemoryError).  Half: the buffers of a result (values, coordinates) grow side by side.
+# Requests under 64 MiB are never refused.  The constants are Linux's (sysconf's
+# _SC_PHYS_PAGES 85, _SC_PAGESIZE 30).
+_ALLOC_LIMIT_IR = (
+    '@sparsecc_limit_env = private unnamed_addr constant [26 x i8] c"SPARSECC_MAX_ALLOC_BYTES\\00\\00"\n'
+    "declare ptr @getenv(ptr)\n"
+    "declare i64 @strtoll(ptr, ptr, i32)\n"
+    "declare i64 @sysconf(i32)\n"
+    "define internal i64 @sparsecc_alloc_limit() noinline {\n"
+    "  %env = call ptr @getenv(ptr @sparsecc_limit_env)\n"
+    "  %has = icmp ne ptr %env, null\n"
+    "  br i1 %has, label %parse, label %phys\n"
+    "parse:\n  %v = call i64 @strtoll(ptr %env, ptr null, i32 10)\n"
+    "  %pos = icmp sgt i64 %v, 0\n"
+    "  br i1 %pos, label %given, label %phys\n"
+    "given:\n  ret i64 %v\n"
+    "phys:\n  %pages = call i64 @sysconf(i32 85)\n"
+    "  %psize = call i64 @sysconf(i32 30)\n"
+    "  %known = icmp sgt i64 %pages, 0\n"
+    "  %bytes = mul i64 %pages, %psize\n"
+    "  %half = lshr i64 %bytes, 1\n"
+    "  %lim = select i1 %known, i64 %half, i64 -1\n"
+    "  ret i64 %lim\n}\n"
+    "define internal void @sparsecc_check_size(i64 %n) {\n"
+    "  %big = icmp ugt i64 %n, 67108864\n"
+    "  br i1 %big, label %check, label %ok\n"
+    "check:\n  %lim = call i64 @sparsecc_alloc_limit()\n"
+    "  %over = icmp ugt i64 %n, %lim\n"
+    "  br i1 %over, label %oom, label %ok\n"
+    "oom:\n  call void @sparsecc_oom()\n  unreachable\n"
+    "ok:\n  ret void\n}\n"
+    # calloc's size is k * n: an overflowing product is refused too
+    "declare { i64, i1 } @llvm.umul.with.overflow.i64(i64, i64)\n"
+    "define internal void @sparsecc_check_product(i64 %k, i64 %n) {\n"
+    "  %r = call { i64, i1 } @llvm.umul.with.overflow.i64(i64 %k, i64 %n)\n"
+    "  %bytes = extractvalue { i64, i1 } %r, 0\n"
+    "  %ovf = extractvalue { i64, i1 } %r, 1\n"
+    "  br i1 %ovf, label %oom, label %size\n"
+    "oom:\n  call void @sparsecc_oom()\n  unreachable\n"
+    "size:\n  call void @sparsecc_check_size(i64 %bytes)\n  ret void\n}\n\n")
+
+
+def _oom_wrapper(name: str, params: list[tuple[str, str]], nonzero: list[str], size: list[str]) -> str:
     """``ptr sparsecc_<name>(params)``: ``name``'s result, or the jump back to the entry when
-    it is NULL while every argument in ``nonzero`` is not 0 (C: ``if (!p && n) oom()``)."""
+    the request (the product of the ``size`` arguments) is over the limit, or the result is
+    NULL while every argument in ``nonzero`` is not 0 (C: ``if (!p && n) oom()``)."""
     decl = ", ".join(f"{t} %{n}" for t, n in params)
+    check = (f"  call void @sparsecc_check_size(i64 %{size[0]})\n" if len(size) == 1 else
+             f"  call void @sparsecc_check_product(i64 %{size[0]}, i64 %{size[1]})\n")
     lines = ["  %null = icmp eq ptr %p, null"]
     bad = "%null"
     for k, n in enumerate(nonzero):
         lines += [f"  %nz{k} = icmp ne i64 %{n}, 0", f"  %bad{k} = and i1 {bad}, %nz{k}"]
         bad = f"%bad{k}"
-    return (f"define hidden ptr @sparsecc_{name}({decl}) {{\n"
-            f"  %p = call ptr @{name}({decl})\n" + "\n".join(lines) + "\n"
+    return (f"define hidden ptr @sparsecc_{name}({decl}) {{\n" + check
+            + f"  %p = call ptr @{name}({decl})\n" + "\n".join(lines) + "\n"
             f"  br i1 {bad}, label %oom, label %ok\n"
             "oom:\n  call void @sparsecc_oom()\n  unreachable\n"
             "ok:\n  ret ptr %p\n}\n")
@@ -113,10 +162,11 @@ def oom_entry_ir(entry: str, variant: str) -> str:
         "  br i1 %none, label %die, label %jump\n"
         "jump:\n  call void @longjmp(ptr %j, i32 1)\n  unreachable\n"
         "die:\n  call void @abort()\n  unreachable\n}\n\n"
-        + _oom_wrapper("malloc", [("i64", "n")], ["n"])
-        + _oom_wrapper("calloc", [("i64", "k"), ("i64", "n")], ["k", "n"])
-        + _oom_wrapper("realloc", [("ptr", "q"), ("i64", "n")], ["n"])
-        + _oom_wrapper("aligned_alloc", [("i64", "a"), ("i64", "n")], ["n"])
+        + _ALLOC_LIMIT_IR
+        + _oom_wrapper("malloc", [("i64", "n")], ["n"], ["n"])
+        + _oom_wrapper("calloc", [("i64", "k"), ("i64", "n")], ["k", "n"], ["k", "n"])
+        + _oom_wrapper("realloc", [("ptr", "q"), ("i64", "n")], ["n"], ["n"])
+        + _oom_wrapper("aligned_alloc", [("i64", "a"), ("i64", "n")], ["n"], ["n"])
         # the outer buffer is kept in a volatile slot: it is read after setjmp returns twice
         + f"\ndefine i32 @{entry}(ptr %args) {{\n"
         f"  %here = alloca [{_JMP_BUF_BYTES // 8} x i64], align 16\n"
@@ -139,7 +189,8 @@ def oom_entry_ir(entry: str, variant: str) -> str:
 #: what the disk-cache key hashes for the entry glue (both variants)
 OOM_IR = "".join(oom_entry_ir("E", v) for v in OOM_VARIANTS)
 #: the checked functions the generated code calls, internal to each object
-_OOM_INTERNAL = ("sparsecc_oom", *(f"sparsecc_{a}" for a in ALLOCATORS))
+_OOM_INTERNAL = ("sparsecc_oom", "sparsecc_alloc_limit", "sparsecc_check_size", "sparsecc_check_product",
+                 *(f"sparsecc_{a}" for a in ALLOCATORS))
 
 
 def add_oom_entry(mod, entry: str, variant: str) -> None:
