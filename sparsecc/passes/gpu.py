@@ -43,6 +43,9 @@ class GpuFacts(PipelineFacts):
     """What the cuda target tells the pipelines: the architecture to generate PTX for."""
 
     arch: str = DEFAULT_ARCH
+    #: positions among ``@kernel``'s memref arguments of the buffers that are already device
+    #: pointers (``device_args.keep_on_device``: no copies for them); empty: all host buffers
+    device_memrefs: tuple[int, ...] = ()
 
 
 # after BUFFERIZE: the parallel loops into GPU kernels
@@ -87,8 +90,9 @@ def pipelines(options: Options = DEFAULT, strategy: str = STRATEGY, index32: boo
 
 def fingerprint() -> str:
     """The GPU tables as text (with ``pipeline.fingerprint()``: part of a cuda kernel's key)."""
+    from .device_args import VERSION as DEVICE_ARGS
     return "\n".join([*(p for p, _ in GPU_CODEGEN + GPU_HOST), DEFAULT_ARCH, PTX_FEATURES, str(THREADS), STRATEGY,
-                      VERSION, GPU_DATA_LAYOUT])
+                      VERSION, GPU_DATA_LAYOUT, DEVICE_ARGS])
 
 
 def ops_named(module, name: str) -> list:
@@ -187,6 +191,10 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     if launches != len(ops_named(module, "gpu.launch_func")):
         from ..errors import InternalError
         raise InternalError("a GPU launch whose first argument is not the parallel loop's bound")
+    device_memrefs = tuple(getattr(facts, "device_memrefs", ()))
+    if device_memrefs and launches:
+        from .device_args import keep_on_device
+        keep_on_device(module, device_memrefs)      # device operands: used in place, no copies
     stages["gpu"] = str(module)
     run(host_lowering())
     stages["ptx"] = ptx_of(module)
