@@ -359,3 +359,45 @@ def test_dlpack_only_operands(tmp_path):
     """)
     xptr = re.search(r"xptr (\d+)", out).group(1)
     assert "result DeviceArray" in out and f" {xptr}'" in out.split("launch ", 1)[1]
+
+
+# ------------------------------------------------------------------ on a device (else skipped)
+gpu = pytest.mark.skipif(not HAS_DEVICE, reason=f"needs an NVIDIA GPU: {targets.cuda_probe()[0]}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cupy_operands_on_the_device(dtype):
+    cupy = pytest.importorskip("cupy")
+    cpx = pytest.importorskip("cupyx.scipy.sparse")
+    rng = np.random.default_rng(5)
+    for shape in [(37, 29), (1, 1), (2000, 300)]:
+        A = sp.random_array(shape, density=0.1, format="csr", dtype=dtype, random_state=rng)
+        x = rng.standard_normal(shape[1]).astype(dtype)
+        X = rng.standard_normal((shape[1], 64)).astype(dtype)
+        dA = cpx.csr_matrix(A)
+        y = sc.einsum("ij,j->i", dA, cupy.asarray(x), device="cuda")
+        assert isinstance(y, cupy.ndarray)
+        tol = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(cupy.asnumpy(y), np.einsum("ij,j->i", A.toarray(), x), **tol)
+        Y = sc.einsum("ij,jk->ik", dA, cupy.asarray(X), device="cuda")
+        np.testing.assert_allclose(cupy.asnumpy(Y), A.toarray() @ X, **tol)
+        # mixed: the matrix on the host, x on the device
+        y2 = sc.einsum("ij,j->i", A, cupy.asarray(x), device="cuda")
+        np.testing.assert_allclose(cupy.asnumpy(y2), A @ x, **tol)
+        cs = sc.einsum("ij->j", cpx.csc_matrix(A.tocsc()), device="cuda")      # CSC column sums
+        np.testing.assert_allclose(cupy.asnumpy(cs), A.toarray().sum(0), **tol)
+
+
+@gpu
+def test_torch_cuda_tensors_on_the_device():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    A = sp.random_array((300, 40), density=0.1, format="csr", random_state=2)
+    X = torch.randn(40, 8, dtype=torch.float64, device="cuda")
+    Y = sc.einsum("ij,jk->ik", A, X, device="cuda")
+    assert isinstance(Y, torch.Tensor) and Y.device.type == "cuda"
+    np.testing.assert_allclose(Y.cpu().numpy(), A @ X.cpu().numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(sc.DeviceError, match="C-contiguous"):
+        sc.einsum("ij,jk->ik", A.T.tocsr(), X.T, device="cuda")

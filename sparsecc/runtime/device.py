@@ -400,7 +400,8 @@ def call(k, args: list):
                               f"(e.g. x.tocsr() / x.tocsc())")
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = k._result_format(frozenset(n for n, f in zip(stmt.operands, planned) if not f.is_dense), out_shape)
-    assert out_fmt is None               # sparse results: DeviceError in _result_format
+    if out_fmt is not None:              # (_result_format raises DeviceError for sparse results first)
+        raise DeviceError(f"'{k.source}' has a sparse result, which cannot run on the device")
     fmts = [f if f.is_dense or isinstance(v, DeviceSparse)
             else k._operand_widths(f, v, shape, what, None)
             for f, v, shape, what in zip(planned, values, shapes, info.whats)]
