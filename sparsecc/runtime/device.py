@@ -187,8 +187,11 @@ def _dlpack_device(x):
 
 def is_device(x) -> bool:
     """Whether operand ``x`` lives on a GPU (see the module docstring)."""
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
+    try:
+        if hasattr(x, "__cuda_array_interface__"):
+            return True
+    except Exception:                   # noqa: BLE001 - e.g. a torch CUDA tensor that requires grad
+        return True                     # (buffer_of then says why it cannot be read)
     if type(x).__module__.startswith("cupyx.scipy.sparse"):
         return True
     dev = _dlpack_device(x)
