@@ -305,10 +305,24 @@ def test_pipelines_are_data_with_reasons():
 
 def test_import_sparsecc_imports_nothing_cuda():
     code = ("import sys, sparsecc as sc; sc.Options(device='cuda', gpu_arch='sm_90'); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda', 'torch', 'pycuda') "
-            "or m == 'sparsecc.passes.gpu']; print(bad); sys.exit(1 if bad else 0)")
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cupyx', 'cuda', 'cuda_bindings', "
+            "'cuda_core', 'torch', 'pycuda') "
+            "or m in ('sparsecc.passes.gpu', 'sparsecc.passes.device_args', 'sparsecc.runtime.device')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_cuda_extra_is_pinned_and_not_in_the_test_extra():
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    cuda = extras["cuda"]
+    assert {re.split(r"==", r)[0] for r in cuda} == {"cuda-python", "cupy-cuda12x"}
+    assert all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in cuda)     # pinned
+    for name, reqs in extras.items():
+        if name != "cuda":
+            assert not any(r.startswith(("cuda-python", "cupy")) for r in reqs), name
 
 
 # ------------------------------------------------------------------ errors, in a subprocess

@@ -281,7 +281,11 @@ def _from_dlpack(x, what: str) -> Buffer:
 
 
 def buffer_of(x, what: str) -> Buffer:
-    if hasattr(x, "__cuda_array_interface__"):
+    try:
+        has = hasattr(x, "__cuda_array_interface__")
+    except Exception:                   # noqa: BLE001 - _from_cai says why
+        has = True
+    if has:
         return _from_cai(x, what)
     return _from_dlpack(x, what)
 
