@@ -401,3 +401,31 @@ def test_torch_cuda_tensors_on_the_device():
     np.testing.assert_allclose(Y.cpu().numpy(), A @ X.cpu().numpy(), rtol=1e-12, atol=1e-12)
     with pytest.raises(sc.DeviceError, match="C-contiguous"):
         sc.einsum("ij,jk->ik", A, X.T.contiguous().T, device="cuda")     # a transposed view
+
+
+# ------------------------------------------------------------------ python -m sparsecc gpucheck
+@pytest.mark.skipif(HAS_DEVICE, reason="this machine has a CUDA device")
+def test_gpucheck_without_a_device_prints_the_reason_and_fails():
+    r = subprocess.run([sys.executable, "-m", "sparsecc", "gpucheck", "--scale", "0.01"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, SPARSECC_CUDA_DRIVER="libcuda-absent.so.1"))
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "driver probe: no CUDA driver/device: the NVIDIA driver (libcuda-absent.so.1) cannot be loaded" in r.stdout
+    assert "nothing ran" in r.stdout and not r.stderr.strip()
+
+
+def test_gpucheck_against_the_stub_driver_reports_and_never_crashes(tmp_path):
+    """The stub's launch runs nothing: every kernel's result is wrong, each is reported,
+    the command exits 1 (not a signal)."""
+    for m in needs_stub:
+        if m.args[0]:
+            pytest.skip(m.kwargs["reason"])
+    lib, _ = _stub(tmp_path, nmemrefs=1)
+    r = subprocess.run([sys.executable, "-m", "sparsecc", "gpucheck", "--scale", "0.0001"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, SPARSECC_CUDA_DRIVER=str(lib), LD_LIBRARY_PATH=str(tmp_path)))
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "driver probe: ok, sm_90" in r.stdout
+    for what in ("SpMV float32", "SpMM k=64 float64", "SDDMM to dense float32", "MTTKRP float64"):
+        assert what in r.stdout, r.stdout
+    assert "WRONG" in r.stdout and r.stdout.strip().endswith("SOME RESULTS ARE WRONG OR FAILED")
