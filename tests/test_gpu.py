@@ -520,3 +520,21 @@ def test_a_cpu_kernel_with_the_same_bytes_does_not_stand_in():
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "refused"
+
+
+@pytest.mark.parametrize("name", ["spmm", "sddmm"])
+def test_the_grid_follows_the_grid_stride_loop_bound(name):
+    """The grid-stride loop's bound is not always the launch's first argument: SpMM's kernel
+    takes k (X's columns) first and the rows second.  Sizing by the first made SpMM's grid
+    ceil(k / 128) blocks (one block for k = 64: one SM)."""
+    k, _ = _kernel(name, "csr")
+    gpu = k.ir("gpu")
+    kernel = gpu[gpu.index("llvm.func @kernel0"):gpu.index("func.func @kernel(")]
+    bound = int(re.search(r"\^bb1\(%\d+: i64\):.*\n\s+%\d+ = llvm.icmp \"slt\" %\d+, %arg(\d+)", kernel).group(1))
+    host = gpu[gpu.index("func.func @kernel("):]
+    args = re.search(r"gpu.launch_func .* args\((.*)\)", host).group(1)
+    operands = [a.split(" : ")[0].strip() for a in args.split(", %")]
+    operands = [o if o.startswith("%") else "%" + o for o in operands]
+    assert bound < 2 and operands[bound] != operands[0] or name == "sddmm"    # (SpMM: the rows are second)
+    div = re.search(r"arith.ceildivui (%\w+), %c128", host).group(1)
+    assert div == operands[bound]

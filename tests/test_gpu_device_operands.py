@@ -116,6 +116,8 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   /* the bound, then each memref as (allocated, aligned, offset, size, stride): log the aligned pointers */
   LOG("launch grid=%u bound=%lld ptrs", gx, *(long long *)params[0]);
   for (int k = 0; k < NMEMREFS; k++) LOG(" %llu", *(ptr_t *)params[1 + 5 * k + 1]);
+  LOG(" params");                   /* every parameter as 64 bits (all are: index, pointers, i64) */
+  for (int k = 0; k < NPARAMS; k++) LOG(" %llu", *(ptr_t *)params[k]);
   LOG("\n");
   return 0; }
 int cuLaunchKernelEx(const void *c, void *f, void **p, void **e) { return 0; }
@@ -168,11 +170,12 @@ PRELUDE = textwrap.dedent("""
 """)
 
 
-def _stub(tmp_path, ordinal=0, nmemrefs=5):
+def _stub(tmp_path, ordinal=0, nmemrefs=5, nparams=None):
     src, lib, log = tmp_path / "stub.c", tmp_path / "libcuda.so.1", tmp_path / "calls.log"
     src.write_text(RECORDING)
     subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", f'-DSTUB_LOG="{log}"',
-                    f"-DORDINAL={ordinal}", f"-DNMEMREFS={nmemrefs}", "-o", str(lib), str(src)], check=True)
+                    f"-DORDINAL={ordinal}", f"-DNMEMREFS={nmemrefs}", f"-DNPARAMS={nparams or 1 + 5 * nmemrefs}",
+                    "-o", str(lib), str(src)], check=True)
     return lib, log
 
 
@@ -215,7 +218,7 @@ def test_device_operands_no_copies_the_launch_gets_the_users_pointers(tmp_path, 
     want = out.split("want ", 1)[1].splitlines()[0]
     assert "type cupy ndarray (300,) " + dtype + " 0.0" in out        # CuPy in -> CuPy out (zeroed)
     launch = [c for c in calls if c.startswith("launch")]
-    assert launch == [f"launch grid=3 bound=300 ptrs {want}"]          # the user's pointers, in order
+    assert [l.split(" params")[0] for l in launch] == [f"launch grid=3 bound=300 ptrs {want}"]   # the user's pointers
     assert not [c for c in calls if c.startswith(("alloc", "copy", "free"))]   # no device copies at all
     assert "to-host" in " ".join(calls)                               # check=True: indices read on the host
 
@@ -248,7 +251,7 @@ def test_mixed_host_and_device_operands_and_a_generic_result(tmp_path):
     # the result (cuMemAlloc by sparsecc), then A's indptr, indices, values (the host code's)
     assert [int(a.split()[1]) for a in allocs] == [300 * 8, 301 * 4, nnz * 4, nnz * 8]
     assert sorted(int(c.split()[1]) for c in calls if c.startswith("copy")) == sorted([301 * 4, nnz * 4, nnz * 8])
-    launch = next(c for c in calls if c.startswith("launch")).split()
+    launch = next(c for c in calls if c.startswith("launch")).split(" params")[0].split()
     ptrs = [int(p) for p in launch[launch.index("ptrs") + 1:]]
     assert ptrs[0] == yptr and ptrs[4] == xptr                       # y (arg 1) and x (last): the user's
     assert not {ptrs[1], ptrs[2], ptrs[3]} & {xptr, yptr}             # A's: device copies
@@ -358,7 +361,7 @@ def test_dlpack_only_operands(tmp_path):
         print("launch", [l for l in log() if l.startswith("launch")])
     """)
     xptr = re.search(r"xptr (\d+)", out).group(1)
-    assert "result DeviceArray" in out and f" {xptr}'" in out.split("launch ", 1)[1]
+    assert "result DeviceArray" in out and f" {xptr} " in out.split("launch ", 1)[1].split(" params")[0] + " "
 
 
 # ------------------------------------------------------------------ on a device (else skipped)
@@ -429,3 +432,71 @@ def test_gpucheck_against_the_stub_driver_reports_and_never_crashes(tmp_path):
     for what in ("SpMV float32", "SpMM k=64 float64", "SDDMM to dense float32", "MTTKRP float64"):
         assert what in r.stdout, r.stdout
     assert "WRONG" in r.stdout and r.stdout.strip().endswith("SOME RESULTS ARE WRONG OR FAILED")
+
+
+# ------------------------------------------------------------------ sparsecc.torch on CUDA tensors
+FAKE_CUDA_TENSOR = """
+    import torch, sparsecc.torch as sct
+    from sparsecc.runtime import device as dev
+
+    class FakeCuda(torch.Tensor):
+        '''a CPU tensor that says it is on cuda:0 (this torch has no CUDA): its memory plays
+        the device's, its __cuda_array_interface__ points at it'''
+        __torch_function__ = torch._C._disabled_torch_function_impl
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+        @property
+        def __cuda_array_interface__(self):
+            a = self.detach().numpy()
+            return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False), "strides": None,
+                    "version": 3, "stream": None}
+        def detach(self):
+            return torch.Tensor._make_subclass(FakeCuda, torch.Tensor.detach(self))
+
+    def fake(t):
+        return torch.Tensor._make_subclass(FakeCuda, t)
+    made = []
+    def new_result(lib, shape, dtype):   # torch.zeros(device="cuda") needs a CUDA build: made here
+        made.append(lib[0])
+        out = fake(torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name)))
+        return out, dev._from_cai(out, "the result")
+    dev.new_result = new_result
+"""
+
+
+def test_sparsecc_torch_routes_cuda_tensors_to_the_device(tmp_path):
+    """sct.einsum with a CUDA tensor compiles with device="cuda" and hands the tensor to the
+    device call path (its pointer reaches the launch); the result is the torch tensor made on
+    the device; gradients through CUDA tensors are refused."""
+    for m in needs_stub:
+        if m.args[0]:
+            pytest.skip(m.kwargs["reason"])
+    out = _run(tmp_path, textwrap.dedent(FAKE_CUDA_TENSOR) + textwrap.dedent("""
+        A = torch.tensor(sp.random_array((1000, 20), density=0.2, format="csr", random_state=1).toarray()).to_sparse_csr()
+        X = fake(torch.ones(20, 3, dtype=torch.float64))
+        mark()
+        k = sct.compile("ij,jk->ik")
+        Y = k(A, X)
+        print("result", type(Y).__name__, tuple(Y.shape), made, k.last.options.device)
+        xptr = X.detach().numpy().ctypes.data
+        launch = [l for l in log() if l.startswith("launch")]
+        print("x in launch", len(launch) == 1 and str(xptr) in launch[0].split(" params ")[1].split(), launch[0].split()[1])
+        try:
+            sct.einsum("ij,jk->ik", A, fake(torch.ones(20, 3, dtype=torch.float64)).requires_grad_())
+        except sc.SparseccError as e:
+            print("grad:", e)
+    """), nparams=31)
+    assert "result FakeCuda (1000, 3) ['torch'] cuda" in out
+    assert "x in launch True grid=8" in out          # ceil(1000 rows / 128): not k's ceil(3 / 128)
+    assert "grad: gradients through CUDA tensors are not supported yet" in out
+
+
+@pytest.mark.skipif(HAS_DEVICE, reason="this machine has a CUDA device")
+def test_sparsecc_torch_keeps_refusing_cuda_tensors_without_a_device():
+    torch = pytest.importorskip("torch")
+    import types
+    import sparsecc.torch as sct
+    t = types.SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.float64, layout=torch.strided)
+    with pytest.raises(sc.OperandError, match=r"CPU tensors only.*\(no CUDA driver/device"):
+        sct._check_tensor(t, "operand 1")

@@ -200,8 +200,11 @@ def is_device(x) -> bool:
 
 def library_of(x) -> str:
     """``cupy``, ``torch`` or ``""`` (a generic device array)."""
-    mod = type(x).__module__.split(".")[0]
-    return {"cupy": "cupy", "cupyx": "cupy", "torch": "torch"}.get(mod, "")
+    for cls in type(x).__mro__:          # subclasses too (nn.Parameter, tensor subclasses)
+        lib = {"cupy": "cupy", "cupyx": "cupy", "torch": "torch"}.get(cls.__module__.split(".")[0])
+        if lib:
+            return lib
+    return ""
 
 
 def _c_strides(shape, itemsize: int) -> tuple:
@@ -302,9 +305,17 @@ def recognise(x, what: str):
                                 row=buffer_of(x.row, what), col=buffer_of(x.col, what))
         raise DeviceError(f"{what}: cupyx.scipy.sparse {fmt} matrices are not supported on the device "
                           f"(CSR, CSC and COO are); convert it on the device (x.tocsr())")
-    if getattr(x, "layout", None) is not None and str(getattr(x, "layout", "")) != "torch.strided":
-        raise DeviceError(f"{what}: torch sparse CUDA tensors are not taken on the device yet "
-                          f"(dense CUDA tensors are); use sparsecc.torch or a cupyx.scipy.sparse matrix")
+    layout = str(getattr(x, "layout", "torch.strided")) if library_of(x) == "torch" else "torch.strided"
+    if layout in ("torch.sparse_csr", "torch.sparse_csc"):
+        csr = layout == "torch.sparse_csr"
+        ptr, idx = (x.crow_indices(), x.col_indices()) if csr else (x.ccol_indices(), x.row_indices())
+        if x.dim() != 2 or x.values().dim() != 1:
+            raise DeviceError(f"{what}: a batched or hybrid torch sparse tensor is not taken on the device")
+        return DeviceSparse("csr" if csr else "csc", tuple(int(s) for s in x.shape), buffer_of(x.values(), what),
+                            indices=buffer_of(idx, what), indptr=buffer_of(ptr, what), library="torch")
+    if layout != "torch.strided":
+        raise DeviceError(f"{what}: torch {layout} CUDA tensors are not taken on the device (strided, "
+                          f"sparse_csr and sparse_csc are); convert it on the device (x.to_sparse_csr())")
     return buffer_of(x, what)
 
 
