@@ -248,10 +248,41 @@ def test_autotune_is_refused_on_cuda():
         sc.compile("ij,j->i", None, "dense", autotune=True, device="cuda")
 
 
-def test_aot_of_a_cuda_kernel_is_refused(tmp_path):
-    k = sc.compile("ij,j->i", "csr", "dense", device="cuda")
-    with pytest.raises(sc.DeviceError, match="ahead-of-time libraries hold CPU code only"):
-        sc.aot.build("g", {"spmv": k}, str(tmp_path))
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the library")
+def test_aot_library_with_the_ptx_embedded(tmp_path):
+    """sc.aot.build of cuda kernels: the host code with the PTX inside, linked against
+    libmlir_cuda_runtime.so (run path: its own folder, then the MLIR tools package's);
+    a CPU kernel beside it stays CPU code; loading it asks the driver first."""
+    import json
+    k = sc.compile("ij,j->i", "csr", "dense", device="cuda", options=sc.Options(gpu_arch="sm_80"))
+    k2 = sc.compile("ik,kj->ij", "csr", "dense")                       # per kernel: this one on the CPU
+    path = sc.aot.build("g", {"spmv": k, "spmm": k2}, str(tmp_path))
+    data = open(path, "rb").read()
+    assert data.count(b".visible .entry kernel0(") == 1 and b".target sm_80" in data
+    nm = subprocess.run(["nm", "-D", path], capture_output=True, text=True).stdout
+    assert re.search(r" T g_spmv_entry", nm) and re.search(r" U mgpuModuleLoadJIT", nm)
+    assert re.search(r" U mgpuLaunchKernel", nm)
+    dyn = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    assert "libmlir_cuda_runtime.so" in dyn and "$ORIGIN" in dyn
+    manifest = json.load(open(tmp_path / "g.json"))
+    assert manifest["device"] == "cuda"
+    assert manifest["kernels"]["spmv"]["device"] == "cuda" and manifest["kernels"]["spmv"]["gpu_arch"] == "sm_80"
+    assert "device" not in manifest["kernels"]["spmm"]
+    # device="cuda" for the whole library: both kernels get GPU code
+    path2 = sc.aot.build("h", {"spmv": sc.compile("ij,j->i", "csr", "dense"), "spmm": k2}, str(tmp_path / "h"),
+                         device="cuda")
+    assert open(path2, "rb").read().count(b".visible .entry kernel0(") == 2
+    if not HAS_DEVICE:
+        with pytest.raises(sc.DeviceError, match="holds cuda kernels and cannot be loaded here: no CUDA driver"):
+            sc.aot.load(str(tmp_path))
+
+
+def test_aot_cuda_kernels_without_gpu_code_are_refused(tmp_path):
+    with pytest.raises(sc.DeviceError, match="no GPU code"):
+        sc.aot.build("g", {"total": sc.compile("ij->", "csr", device="cuda")}, str(tmp_path))
+    with pytest.raises(sc.DeviceError, match="sparse result"):
+        sc.aot.build("g", {"spgemm": sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")}, str(tmp_path),
+                     device="cuda")
 
 
 # ------------------------------------------------------------- options, device, cache key
