@@ -23,8 +23,10 @@ out-of-bounds read on the device).  The driver is asked through ctypes only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
+import math
 import weakref
 
 import numpy as np
@@ -78,12 +80,22 @@ class _Driver:
         rc = self.cu.cuPointerGetAttribute(ctypes.byref(ordinal), 9, ctypes.c_uint64(ptr))  # DEVICE_ORDINAL
         return None if rc else ordinal.value
 
-    def sync(self, stream) -> None:
-        """Wait for the work a producer announced (a CAI v3 ``stream``; None: everything)."""
+    @contextlib.contextmanager
+    def current(self):
+        """The primary context current on this thread for the block's ``*_now`` calls."""
+        self._check(self.cu.cuCtxPushCurrent_v2(self.ctx), "cuCtxPushCurrent")
+        try:
+            yield self
+        finally:
+            self.cu.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def sync_now(self, stream) -> None:
+        """Wait for the work a producer announced (a CAI v3 ``stream``; None: everything);
+        inside :meth:`current`."""
         if stream is None:
-            self.call("cuCtxSynchronize")
+            self._check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
         else:
-            self.call("cuStreamSynchronize", ctypes.c_void_p(int(stream)))
+            self._check(self.cu.cuStreamSynchronize(ctypes.c_void_p(int(stream))), "cuStreamSynchronize")
 
 
 _driver: _Driver | None = None
@@ -155,7 +167,7 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 @dataclasses.dataclass
@@ -355,26 +367,122 @@ def _check_sparse(s: DeviceSparse, what: str) -> None:
                            f"x.sum_duplicates() on it first")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every device call with operands of one kind shares (see :func:`call`)."""
+
+    comp: object
+    formats: tuple
+    out_dtype: np.dtype
+    size_slots: tuple
+
+
+def _kind(v, x) -> tuple:
+    """What a plan depends on about an operand (never its contents or sizes)."""
+    if isinstance(v, Buffer):
+        return ("dense", v.dtype, len(v.shape))
+    if isinstance(v, DeviceSparse):
+        idx = (v.row, v.col) if v.format == "coo" else (v.indptr, v.indices)
+        return ("sparse", v.format, v.dtype, tuple(b.dtype for b in idx))
+    from .call import _key_of
+    return ("host", _key_of(x))
+
+
 def call(k, args: list):
     """Kernel ``k`` (``device="cuda"``) on operands ``args`` (bound, in operand order), at
-    least one of them on the device (see the module docstring)."""
-    from .call import _resolve_cached
+    least one of them on the device (see the module docstring).  Operands are read and
+    (``check=True``) validated on every call; the plan (formats, the compiled kernel) is
+    kept per kind of operands."""
     from .memref import describe, descriptor_class, specifier
-    from .operands import as_operand, default_format, loader
-    from .specialization import _result_dtype, gpu_formats, specialize
+    from .operands import INT32_MAX, as_operand, loader, nnz_bound
     from .validate import validate
 
     info = k._static()
     stmt = k.stmt
     d = driver()                        # the probe: DeviceError without a driver/device
-    values, fmts, shapes, dtypes = [], [], [], []
-    lib_of_result = None
+    values, shapes, lib_of_result = [], [], None
     for name, x, what in zip(stmt.operands, args, info.whats):
-        spec = k.formats.get(name)
         if is_device(x):
             v = recognise(x, what)
             if lib_of_result is None:
                 lib_of_result = (library_of(x), x)
+            _on_device_zero(d, v, what)
+            if k.check and isinstance(v, DeviceSparse):
+                _check_sparse(v, what)
+        else:
+            v = as_operand(x, what)
+            if k.check:
+                validate(v, what)
+        values.append(v)
+        shapes.append(tuple(v.shape))
+    sizes = info.sizes(shapes)
+    out_shape = tuple(sizes[j] for j in info.out_slots)
+    counts = [v.size if isinstance(v, Buffer) else v.data.size if isinstance(v, DeviceSparse) else nnz_bound(v)
+              for v in values]
+    wide = max(sizes + counts, default=0) > INT32_MAX       # 64-bit indices for host operands then
+    key = (tuple(_kind(v, x) for v, x in zip(values, args)), wide)
+    plans = k.__dict__.setdefault("_device_plans", {})
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = _plan(k, values, shapes, sizes, out_shape, wide)
+    comp = k._last = plan.comp
+    fmts = plan.formats
+    out, out_buf = new_result(lib_of_result, out_shape, plan.out_dtype)
+    # the arguments: sizes, then each operand's descriptors (and specifier), then the result
+    keep = [ctypes.c_int64(int(sizes[j])) for j in plan.size_slots]
+    streams, alive = [], []
+    for v, f, what in zip(values, fmts, info.whats):
+        if isinstance(v, Buffer):
+            keep.append(_describe(v.ptr, v.shape, descriptor_class))
+            streams.append(v.stream)
+        elif isinstance(v, DeviceSparse):
+            if v.format == "coo":
+                pos = np.array([0, v.data.size], np.int32 if f.pos_width == 32 else np.int64)
+                bufs = [pos, v.row, v.col, v.data]
+                lvl = list(v.shape)
+            else:
+                bufs = [v.indptr, v.indices, v.data]
+                lvl = [v.shape[f.order[0]], v.shape[f.order[1]]] if f.order else list(v.shape)
+            alive.append(bufs)
+            for b in bufs:
+                if isinstance(b, np.ndarray):
+                    keep.append(describe(b))
+                else:
+                    keep.append(_describe(b.ptr, b.shape, descriptor_class))
+                    streams.append(b.stream)
+            keep.append(specifier(lvl, [b.size for b in bufs]))
+        else:
+            got, lvl = loader(v, f)(v, f, what)
+            alive.append(got)               # host buffers: alive for the call (copied in)
+            if lvl is None:
+                keep.append(describe(got))
+            else:
+                keep += [describe(b) for b in got] + [specifier(lvl, [b.size for b in got])]
+    keep.append(_describe(out_buf.ptr, out_buf.shape, descriptor_class))
+    streams.append(out_buf.stream)
+    with d.current():                       # the producers' work done before the kernel reads it
+        for st in dict.fromkeys(streams):
+            d.sync_now(st)
+    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(a) for a in keep])
+    if comp.entry(argv):
+        raise MemoryError(f"sparsecc: the kernel '{k.source}' ran out of memory")
+    del keep, alive
+    return out
+
+
+def _plan(k, values, shapes, sizes, out_shape, wide) -> _Plan:
+    """Formats (a device operand's own; a host operand's as for host calls), dtypes, the
+    device buffers among the kernel's memref arguments, the compiled kernel."""
+    from .call import _resolve_cached
+    from .operands import default_format
+    from .specialization import _result_dtype, gpu_formats, specialize
+
+    info = k._static()
+    stmt = k.stmt
+    fmts, dtypes = [], []
+    for name, v, what in zip(stmt.operands, values, info.whats):
+        spec = k.formats.get(name)
+        if isinstance(v, (Buffer, DeviceSparse)):
             if isinstance(v, DeviceSparse):
                 if v.format == "coo":
                     w = _index_width(v.row, what)
@@ -392,23 +500,11 @@ def call(k, args: list):
                         want.levels, want.order or tuple(range(rank))) != (f.levels, f.order or tuple(range(rank)))):
                     raise DeviceError(f"{what} is stored on the device as {f}, but the kernel takes {want}; "
                                       f"sparsecc does not re-store device operands: convert it on the device")
-            _on_device_zero(d, v, what)
-            if k.check and isinstance(v, DeviceSparse):
-                _check_sparse(v, what)
-            values.append(v)
-            fmts.append(f)
-            shapes.append(v.shape)
-            dtypes.append(dt.lookup(v.dtype, what).name)
         else:
-            x = as_operand(x, what)
-            if k.check:
-                validate(x, what)
-            own, block = default_format(x)
-            values.append(x)
-            fmts.append(_resolve_cached(spec or own, k._ranks[name], what, block))
-            shapes.append(x.shape)
-            dtypes.append(dt.lookup(x.dtype, what).name)
-    sizes = info.sizes(shapes)
+            own, block = default_format(v)
+            f = _resolve_cached(spec or own, k._ranks[name], what, block)
+        fmts.append(f)
+        dtypes.append(dt.lookup(v.dtype, what).name)
     planned = gpu_formats(stmt, fmts)
     for v, f, g, what in zip(values, fmts, planned, info.whats):
         if isinstance(v, DeviceSparse) and (f.levels, f.order) != (g.levels, g.order):
@@ -416,12 +512,11 @@ def call(k, args: list):
                               f"GPU loop (it runs as {g}, a dense outer level over the first output index); "
                               f"sparsecc does not re-store device operands: convert it on the device "
                               f"(e.g. x.tocsr() / x.tocsc())")
-    out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = k._result_format(frozenset(n for n, f in zip(stmt.operands, planned) if not f.is_dense), out_shape)
     if out_fmt is not None:              # (_result_format raises DeviceError for sparse results first)
         raise DeviceError(f"'{k.source}' has a sparse result, which cannot run on the device")
     fmts = [f if f.is_dense or isinstance(v, DeviceSparse)
-            else k._operand_widths(f, v, shape, what, None)
+            else k._operand_widths(f, v, shape, what, (wide, wide) if wide else None)
             for f, v, shape, what in zip(planned, values, shapes, info.whats)]
     out_dtype = _result_dtype(stmt, tuple(dtypes))
     if out_dtype.kind == "c" and any(not f.is_dense and d_ != out_dtype.name for f, d_ in zip(fmts, dtypes)):
@@ -438,46 +533,7 @@ def call(k, args: list):
     device_buffers.append(at)            # the result
     options = dataclasses.replace(k.options, device_buffers=tuple(device_buffers))
     comp = specialize(stmt, tuple(fmts), tuple(dtypes), options, None)
-    k._last = comp
-    # the result, zeroed, in the library of the first device operand
-    out, out_buf = new_result(lib_of_result, out_shape, out_dtype)
-    # the arguments: sizes, then each operand's descriptors (and specifier), then the result
-    keep = [ctypes.c_int64(int(sizes[info.slot[i]])) for i in comp.signature.index_order]
-    streams, alive = [], []
-    for v, f, what in zip(values, fmts, info.whats):
-        if isinstance(v, Buffer):
-            keep.append(_describe(v.ptr, v.shape, descriptor_class))
-            streams.append(v.stream)
-        elif isinstance(v, DeviceSparse):
-            if v.format == "coo":
-                pos = np.array([0, v.data.size], np.int32 if f.pos_width == 32 else np.int64)
-                bufs = [pos, v.row, v.col, v.data]
-                lvl = list(v.shape)
-            else:
-                bufs = [v.indptr, v.indices, v.data]
-                lvl = [v.shape[f.order[0]], v.shape[f.order[1]]] if f.order else list(v.shape)
-            alive.append(bufs)
-            for b in bufs:
-                keep.append(describe(b) if isinstance(b, np.ndarray) else _describe(b.ptr, b.shape, descriptor_class))
-                if isinstance(b, Buffer):
-                    streams.append(b.stream)
-            keep.append(specifier(lvl, [b.size for b in bufs]))
-        else:
-            got, lvl = loader(v, f)(v, f, what)
-            alive.append(got)               # host buffers: alive for the call (copied in)
-            if lvl is None:
-                keep.append(describe(got))
-            else:
-                keep += [describe(b) for b in got] + [specifier(lvl, [b.size for b in got])]
-    keep.append(_describe(out_buf.ptr, out_buf.shape, descriptor_class))
-    streams.append(out_buf.stream)
-    for s in dict.fromkeys(streams):      # the producers' work done before the kernel reads it
-        d.sync(s)
-    argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(a) for a in keep])
-    if comp.entry(argv):
-        raise MemoryError(f"sparsecc: the kernel '{k.source}' ran out of memory")
-    del keep, alive
-    return out
+    return _Plan(comp, tuple(fmts), np.dtype(out_dtype), tuple(info.slot[i] for i in comp.signature.index_order))
 
 
 def _on_device_zero(d: _Driver, v, what: str) -> None:
