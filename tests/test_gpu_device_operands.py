@@ -523,3 +523,11 @@ def test_every_kernel_class_takes_all_its_buffers_on_the_device(expr, fmts, out)
     host = k.ir("gpu")[k.ir("gpu").index("func.func @kernel("):]
     assert "gpu.alloc" not in host and "gpu.memcpy" not in host and "gpu.dealloc" not in host
     assert k.ir("ptx") == host_k.ir("ptx")
+
+
+def test_cpu_tensors_and_arrays_are_not_device_operands():
+    from sparsecc.runtime.device import is_device
+    torch = pytest.importorskip("torch")
+    assert not any(is_device(x) for x in (np.ones(3), sp.csr_array(np.eye(3)), torch.ones(3),
+                                          torch.ones(3).requires_grad_(), torch.eye(3).to_sparse_csr(),
+                                          torch.eye(3).to_sparse()))

@@ -199,11 +199,16 @@ def _dlpack_device(x):
 
 def is_device(x) -> bool:
     """Whether operand ``x`` lives on a GPU (see the module docstring)."""
+    if library_of(x) == "torch":       # any layout (a sparse tensor's interface raises): its device says
+        device = getattr(x, "device", None)
+        if getattr(device, "type", None) is not None:
+            return device.type == "cuda"
     try:
         if hasattr(x, "__cuda_array_interface__"):
             return True
-    except Exception:                   # noqa: BLE001 - e.g. a torch CUDA tensor that requires grad
-        return True                     # (buffer_of then says why it cannot be read)
+    except Exception:                   # noqa: BLE001 - the interface exists but cannot be read
+        dev = _dlpack_device(x)
+        return dev is None or dev[0] != KDL_CPU     # (buffer_of then says why)
     if type(x).__module__.startswith("cupyx.scipy.sparse"):
         return True
     dev = _dlpack_device(x)
