@@ -115,7 +115,7 @@ def main(scale: float = 1.0, out=sys.stdout) -> int:
             report(f"SpMV {dt} nnz={A.nnz:,} host data", t, spmv_bytes, _rel_err(y, ref), dt)
             if cupy is None:
                 return
-            dA, dx = csp.csr_matrix(A), cupy.asarray(x)
+            dA, dx = csp.csr_matrix(sp.csr_matrix(A)), cupy.asarray(x)
             kd = sc.compile("ij,j->i", "csr", "dense", device="cuda", check=False)   # no index copy to the host
             t, y = _timed(lambda: kd(dA, dx))
             tc, _ = _timed(lambda: (dA @ dx, sync()))
@@ -138,7 +138,7 @@ def main(scale: float = 1.0, out=sys.stdout) -> int:
             report(f"SpMM k=64 {dt} nnz={B.nnz:,} host data", t, nbytes, _rel_err(Y, ref), dt)
             if cupy is None:
                 return
-            dB, dX = csp.csr_matrix(B), cupy.asarray(X)
+            dB, dX = csp.csr_matrix(sp.csr_matrix(B)), cupy.asarray(X)
             kd = sc.compile("ik,kj->ij", "csr", "dense", device="cuda", check=False)
             t, Y = _timed(lambda: kd(dB, dX))
             tc, _ = _timed(lambda: (dB @ dX, sync()))
