@@ -1,4 +1,4 @@
-"""Command line: ``python -m sparsecc demo | aot | bench``."""
+"""Command line: ``python -m sparsecc demo | aot | bench | gpucheck``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,14 @@ def main(argv=None) -> int:
     b = sub.add_parser("bench", help="the benchmark suite: sparsecc against SciPy/NumPy/torch, JSON + PNG report")
     from .bench.cli import add_arguments as bench_arguments
     bench_arguments(b)
+    g = sub.add_parser("gpucheck", help="probe the CUDA driver; run SpMV, SpMM, SDDMM, MTTKRP on the GPU against "
+                                        "SciPy/NumPy with GB/s and cuSPARSE's time (exit 1 without a device)")
+    g.add_argument("--scale", type=float, default=1.0,
+                   help="problem size factor (default 1: SpMV with 50M stored entries; 0.01 for a quick look)")
     args = p.parse_args(argv)
+    if args.cmd == "gpucheck":
+        from .gpucheck import main as gpucheck
+        return gpucheck(args.scale)
     if args.cmd == "bench":
         from .bench.cli import run as bench
         return bench(args)

@@ -57,6 +57,9 @@ class Options:
             ``sc.evaluate``, ``sc.compile``).
         gpu_arch: The NVIDIA architecture a ``cuda`` kernel's PTX is generated for, e.g.
             ``"sm_90"`` (``None``: the device's, or ``sm_90`` where no device can be asked).
+        device_buffers: Set by the runtime for device-resident operands (``device="cuda"``;
+            docs/gpu.md): the positions, among the kernel's buffer arguments, of the buffers
+            that are device pointers (no copies for them).  Leave it empty.
     Raises:
         SparseccError: A field has the wrong type or an unknown value (an unknown CPU name
             included).
@@ -70,6 +73,7 @@ class Options:
     loop_order: str = "default"
     device: str = "cpu"
     gpu_arch: str | None = None
+    device_buffers: tuple = ()
 
     def __post_init__(self):
         if not _is_int(self.opt_level) or self.opt_level not in (0, 1, 2, 3):
@@ -98,11 +102,22 @@ class Options:
         if self.gpu_arch is not None and (not isinstance(self.gpu_arch, str) or self.gpu_arch not in GPU_ARCHS):
             raise SparseccError(f"gpu_arch must be None (the device's) or an NVIDIA architecture such as "
                                 f"'sm_80' or 'sm_90' ({', '.join(GPU_ARCHS)}); got {self.gpu_arch!r}")
+        bufs = self.device_buffers
+        if isinstance(bufs, list) and not bufs:        # from JSON (the compile worker's request)
+            object.__setattr__(self, "device_buffers", ())
+        elif bufs != ():
+            if (not isinstance(bufs, (tuple, list)) or not all(_is_int(b) and b >= 0 for b in bufs)
+                    or self.device != "cuda"):
+                raise SparseccError(f"device_buffers must be a tuple of buffer positions (>= 0), with "
+                                    f"device='cuda' only; got {bufs!r} with device={self.device!r}")
+            object.__setattr__(self, "device_buffers", tuple(sorted(set(int(b) for b in bufs))))
 
     def key(self) -> str:
-        """The options' part of the disk key.  ``device`` and ``gpu_arch`` are left out: the
-        compile target's part names them (``target=cuda;gpu_arch=sm_90``), resolved."""
-        return ",".join(f"{k}={v}" for k, v in sorted(asdict(self).items()) if k not in ("device", "gpu_arch"))
+        """The options' part of the disk key.  ``device``, ``gpu_arch`` and ``device_buffers``
+        are left out: the compile target's part names them (``target=cuda;gpu_arch=sm_90``),
+        resolved."""
+        return ",".join(f"{k}={v}" for k, v in sorted(asdict(self).items())
+                        if k not in ("device", "gpu_arch", "device_buffers"))
 
 
 DEFAULT = Options()

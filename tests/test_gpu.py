@@ -223,13 +223,17 @@ def test_sparse_results_stay_on_the_cpu():
         sc.evaluate("C[i,j] = A[i,j] * B[i,j]", A=A, B=A, device="cuda")
 
 
-def test_device_operands_are_refused_with_the_reason():
+def test_device_operands_without_a_driver_say_why():
+    """Device operands are taken (tests/test_gpu_device_operands.py); without a driver the
+    probe's reason is a DeviceError before anything reads them."""
     class OnGpu:                                  # what CuPy arrays and torch CUDA tensors show
         shape = (5,)
         __cuda_array_interface__ = {"shape": (5,), "typestr": "<f8", "data": (0, False), "version": 3}
 
     A = sp.random_array((6, 5), density=0.5, format="csr", random_state=1)
-    with pytest.raises(sc.DeviceError, match="live on the GPU.*not supported yet"):
+    if HAS_DEVICE:
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(sc.DeviceError, match="no CUDA driver/device"):
         sc.einsum("ij,j->i", A, OnGpu(), device="cuda")
 
 
@@ -244,10 +248,41 @@ def test_autotune_is_refused_on_cuda():
         sc.compile("ij,j->i", None, "dense", autotune=True, device="cuda")
 
 
-def test_aot_of_a_cuda_kernel_is_refused(tmp_path):
-    k = sc.compile("ij,j->i", "csr", "dense", device="cuda")
-    with pytest.raises(sc.DeviceError, match="ahead-of-time libraries hold CPU code only"):
-        sc.aot.build("g", {"spmv": k}, str(tmp_path))
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the library")
+def test_aot_library_with_the_ptx_embedded(tmp_path):
+    """sc.aot.build of cuda kernels: the host code with the PTX inside, linked against
+    libmlir_cuda_runtime.so (run path: its own folder, then the MLIR tools package's);
+    a CPU kernel beside it stays CPU code; loading it asks the driver first."""
+    import json
+    k = sc.compile("ij,j->i", "csr", "dense", device="cuda", options=sc.Options(gpu_arch="sm_80"))
+    k2 = sc.compile("ik,kj->ij", "csr", "dense")                       # per kernel: this one on the CPU
+    path = sc.aot.build("g", {"spmv": k, "spmm": k2}, str(tmp_path))
+    data = open(path, "rb").read()
+    assert data.count(b".visible .entry kernel0(") == 1 and b".target sm_80" in data
+    nm = subprocess.run(["nm", "-D", path], capture_output=True, text=True).stdout
+    assert re.search(r" T g_spmv_entry", nm) and re.search(r" U mgpuModuleLoadJIT", nm)
+    assert re.search(r" U mgpuLaunchKernel", nm)
+    dyn = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    assert "libmlir_cuda_runtime.so" in dyn and "$ORIGIN" in dyn
+    manifest = json.load(open(tmp_path / "g.json"))
+    assert manifest["device"] == "cuda"
+    assert manifest["kernels"]["spmv"]["device"] == "cuda" and manifest["kernels"]["spmv"]["gpu_arch"] == "sm_80"
+    assert "device" not in manifest["kernels"]["spmm"]
+    # device="cuda" for the whole library: both kernels get GPU code
+    path2 = sc.aot.build("h", {"spmv": sc.compile("ij,j->i", "csr", "dense"), "spmm": k2}, str(tmp_path / "h"),
+                         device="cuda")
+    assert open(path2, "rb").read().count(b".visible .entry kernel0(") == 2
+    if not HAS_DEVICE:
+        with pytest.raises(sc.DeviceError, match="holds cuda kernels and cannot be loaded here: no CUDA driver"):
+            sc.aot.load(str(tmp_path))
+
+
+def test_aot_cuda_kernels_without_gpu_code_are_refused(tmp_path):
+    with pytest.raises(sc.DeviceError, match="no GPU code"):
+        sc.aot.build("g", {"total": sc.compile("ij->", "csr", device="cuda")}, str(tmp_path))
+    with pytest.raises(sc.DeviceError, match="sparse result"):
+        sc.aot.build("g", {"spgemm": sc.compile("ik,kj->ij", "csr", "csr", out_format="csr")}, str(tmp_path),
+                     device="cuda")
 
 
 # ------------------------------------------------------------- options, device, cache key
@@ -301,10 +336,24 @@ def test_pipelines_are_data_with_reasons():
 
 def test_import_sparsecc_imports_nothing_cuda():
     code = ("import sys, sparsecc as sc; sc.Options(device='cuda', gpu_arch='sm_90'); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cuda', 'torch', 'pycuda') "
-            "or m == 'sparsecc.passes.gpu']; print(bad); sys.exit(1 if bad else 0)")
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cupyx', 'cuda', 'cuda_bindings', "
+            "'cuda_core', 'torch', 'pycuda') "
+            "or m in ('sparsecc.passes.gpu', 'sparsecc.passes.device_args', 'sparsecc.runtime.device')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_cuda_extra_is_pinned_and_not_in_the_test_extra():
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    cuda = extras["cuda"]
+    assert {re.split(r"==", r)[0] for r in cuda} == {"cuda-python", "cupy-cuda12x"}
+    assert all(re.fullmatch(r"[\w-]+==[\d.]+", r) for r in cuda)     # pinned
+    for name, reqs in extras.items():
+        if name != "cuda":
+            assert not any(r.startswith(("cuda-python", "cupy")) for r in reqs), name
 
 
 # ------------------------------------------------------------------ errors, in a subprocess
@@ -502,3 +551,21 @@ def test_a_cpu_kernel_with_the_same_bytes_does_not_stand_in():
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "refused"
+
+
+@pytest.mark.parametrize("name", ["spmm", "sddmm"])
+def test_the_grid_follows_the_grid_stride_loop_bound(name):
+    """The grid-stride loop's bound is not always the launch's first argument: SpMM's kernel
+    takes k (X's columns) first and the rows second.  Sizing by the first made SpMM's grid
+    ceil(k / 128) blocks (one block for k = 64: one SM)."""
+    k, _ = _kernel(name, "csr")
+    gpu = k.ir("gpu")
+    kernel = gpu[gpu.index("llvm.func @kernel0"):gpu.index("func.func @kernel(")]
+    bound = int(re.search(r"\^bb1\(%\d+: i64\):.*\n\s+%\d+ = llvm.icmp \"slt\" %\d+, %arg(\d+)", kernel).group(1))
+    host = gpu[gpu.index("func.func @kernel("):]
+    args = re.search(r"gpu.launch_func .* args\((.*)\)", host).group(1)
+    operands = [a.split(" : ")[0].strip() for a in args.split(", %")]
+    operands = [o if o.startswith("%") else "%" + o for o in operands]
+    assert bound < 2 and operands[bound] != operands[0] or name == "sddmm"    # (SpMM: the rows are second)
+    div = re.search(r"arith.ceildivui (%\w+), %c128", host).group(1)
+    assert div == operands[bound]

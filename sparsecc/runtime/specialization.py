@@ -263,7 +263,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
     (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
     runtime."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
-    options = dataclasses.replace(options, parallel="none")
+    if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
+        options = dataclasses.replace(options, parallel="none")
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)

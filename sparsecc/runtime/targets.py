@@ -429,23 +429,30 @@ def _arch_number(arch: str) -> int:
 
 
 @lru_cache(maxsize=None)
-def _cuda_target(gpu_arch: str | None) -> Target:
+def _cuda_target(gpu_arch: str | None, device_buffers: tuple = ()) -> Target:
+    """``device_buffers``: the kernel's buffers that are device pointers (device-resident
+    operands: ``passes/device_args.py`` drops their copies); part of the key."""
     from ..passes import gpu
     arch = gpu_arch
     if arch is None:                        # the device's, else the documented default
         arch = cuda_probe()[1] or gpu.DEFAULT_ARCH
     import hashlib
-    return make("cuda", {"gpu_arch": arch, "ptx": gpu.PTX_FEATURES,
-                         "tables": hashlib.sha256(gpu.fingerprint().encode()).hexdigest()[:16]})
+    params = {"gpu_arch": arch, "ptx": gpu.PTX_FEATURES,
+              "tables": hashlib.sha256(gpu.fingerprint().encode()).hexdigest()[:16]}
+    if device_buffers:                      # host-operand kernels keep the keys they had
+        params["device_buffers"] = ",".join(map(str, device_buffers))
+    return make("cuda", params)
 
 
 def _cuda_resolve(options) -> Target:
-    return _cuda_target(options.gpu_arch)
+    return _cuda_target(options.gpu_arch, tuple(getattr(options, "device_buffers", ())))
 
 
 def _cuda_facts(target: Target):
     from ..passes.gpu import GpuFacts
-    return GpuFacts(arch=target.param("gpu_arch"))
+    bufs = target.param("device_buffers")
+    return GpuFacts(arch=target.param("gpu_arch"),
+                    device_memrefs=tuple(int(b) for b in bufs.split(",")) if bufs else ())
 
 
 def _cuda_lower(module, options, facts):
@@ -555,7 +562,7 @@ def _cuda_load(path: str, info: dict, target: Target | None = None):
     return ctypes.CDLL(path)
 
 
-CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "ptx", "tables"),
+CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "ptx", "tables", "device_buffers"),
                   facts=_cuda_facts, lower=_cuda_lower, oom_variant=_cuda_oom_variant, codegen=_cuda_codegen,
                   artifact=_cuda_artifact, link=_cuda_link, load=_cuda_load)
 

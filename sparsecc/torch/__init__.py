@@ -41,10 +41,19 @@ def sync_threads() -> None:
 
 
 # ------------------------------------------------------------------------ tensors in and out
+def _on_cuda(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "cuda"
+
+
 def _check_tensor(t: torch.Tensor, what: str) -> None:
     if t.device.type != "cpu":
-        raise OperandError(f"{what} is on {t.device}: sparsecc.torch runs on CPU tensors only "
-                           f"(the GPU target does not exist yet); move it with .cpu()")
+        # CUDA tensors run with device="cuda" (docs/gpu.md) when the driver sees a device
+        from ..runtime.targets import cuda_probe
+        problem = cuda_probe()[0] if t.device.type == "cuda" else ""
+        if t.device.type != "cuda" or problem:
+            raise OperandError(f"{what} is on {t.device}: sparsecc.torch runs on CPU tensors only, and on CUDA "
+                               f"tensors where a CUDA device is usable"
+                               + (f" ({problem})" if problem else "") + "; move it with .cpu()")
     if t.dtype not in _DTYPES:
         raise DTypeError(f"{what} has dtype {t.dtype}; sparsecc.torch takes float32, float64, complex64, "
                          f"complex128, int32, int64 and bool (convert float16/bfloat16 with .float())")
@@ -73,6 +82,8 @@ def to_sparsecc(t, what: str = "operand"):
         return t
     _check_tensor(t, what)
     t = t.detach()
+    if t.device.type == "cuda":
+        return t                # on the device, read there (sparsecc/runtime/device.py)
     lay = t.layout
     if lay == torch.strided:
         return _np(t)
@@ -106,7 +117,10 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
 def from_sparsecc(x) -> torch.Tensor:
     """A torch tensor over the buffers of sparsecc result ``x``: a NumPy array (or scalar) as a
     strided tensor; a SciPy csr/csc/bsr array as that sparse layout; a coo_array as sparse COO
-    (its coordinates stacked into torch's one int64 index tensor: a copy)."""
+    (its coordinates stacked into torch's one int64 index tensor: a copy).  A tensor (a
+    device="cuda" result made by torch on the device) is returned as it is."""
+    if isinstance(x, torch.Tensor):
+        return x
     if not sp.issparse(x):
         return _tensor(x)
     # check_invariants=False, said explicitly (torch warns otherwise): the buffers are a
@@ -211,6 +225,9 @@ def _run(kernel, args: list, whats: list):
     """Call ``kernel`` on ``args`` (operand order), through autograd when a tensor needs it."""
     sync_threads()
     grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
+    if grad and any(_on_cuda(t) for t in args):
+        raise SparseccError("gradients through CUDA tensors are not supported yet (the adjoint kernels run "
+                            "on the CPU); call it under torch.no_grad() or detach the operands")
     if grad:
         for t, what in zip(args, whats):
             if isinstance(t, torch.Tensor) and t.requires_grad and t.is_complex():
@@ -248,6 +265,9 @@ class TorchKernel:
         self.names = self.kernel.stmt.operands
 
     def _sc_kernel(self, args):
+        kw = self._kw
+        if args is not None and any(_on_cuda(t) for t in args):
+            kw = dict(kw, device="cuda")        # CUDA tensors: the GPU kernel, no copies
         if self._notation:
             names = parse_notation(self.source).operands
             fm = dict(zip(names, self._formats))
@@ -257,15 +277,15 @@ class TorchKernel:
             fm = {n: f for n, f in fm.items() if f is not None}
             if self._semiring is not None:
                 raise SparseccError("semiring= is for einsum subscripts")
-            return sc.compile(self.source, **self._kw, **fm)
+            return sc.compile(self.source, **kw, **fm)
         fm = list(self._formats)
         if args is not None:
             fm = fm or [None] * len(args)
             if len(fm) == len(args):
                 fm = [_width_format(t, f) for t, f in zip(args, fm)]
         if any(f is not None for f in fm) or self._formats:
-            return sc.compile(self.source, *fm, semiring=self._semiring, **self._kw)
-        return sc.compile(self.source, semiring=self._semiring, **self._kw)
+            return sc.compile(self.source, *fm, semiring=self._semiring, **kw)
+        return sc.compile(self.source, semiring=self._semiring, **kw)
 
     def _bind(self, args, kwargs) -> list:
         return self.kernel.bind(*args, **kwargs)
@@ -329,7 +349,8 @@ def einsum(subscripts, *operands, formats=None, options=None, out_format=None, p
                                                      enumerate(operands)],
                                        formats=fm if any(f is not None for f in fm) else None,
                                        options=options, out_format=out_format, prune=prune, check=check,
-                                       semiring=semiring))
+                                       semiring=semiring,
+                                       device="cuda" if any(_on_cuda(t) for t in operands) else None))
     if "." in subscripts:
         raise SparseccError("gradients through einsum subscripts with an ellipsis are not supported yet; "
                             "name every index")
