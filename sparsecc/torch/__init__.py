@@ -165,7 +165,7 @@ class _Apply(torch.autograd.Function):
         ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
         need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
         cot = to_sparsecc(gout, "the output gradient")
-        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result)
+        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result, conjugate=True)
         out = [None, None]
         for k, (t, g) in enumerate(zip(ctx.tensors, grads)):
             out.append(None if g is None or k not in need else _grad_tensor(t, g))
@@ -192,11 +192,6 @@ def _run(kernel, args: list, whats: list):
     """Call ``kernel`` on ``args`` (operand order), through autograd when a tensor needs it."""
     sync_threads()
     grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
-    if grad:
-        for t, what in zip(args, whats):
-            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_complex():
-                raise DTypeError(f"{what} is complex and requires grad: gradients of complex operands "
-                                 f"are not supported yet (torch's conjugate convention)")
     operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
     if not grad:
         return from_sparsecc(kernel(*operands))
@@ -265,7 +260,7 @@ class TorchKernel:
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         grads = autodiff.vjp(k, to_sparsecc(cotangent, "the cotangent"),
-                             *[to_sparsecc(t, _what(n)) for t, n in zip(ops, k.stmt.operands)])
+                             *[to_sparsecc(t, _what(n)) for t, n in zip(ops, k.stmt.operands)], conjugate=True)
         return tuple(None if g is None else (_grad_tensor(t, g) if isinstance(t, torch.Tensor)
                                              else g) for t, g in zip(ops, grads))
 
