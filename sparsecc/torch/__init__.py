@@ -205,12 +205,47 @@ def _eager(fn):
     return torch.compiler.disable(fn, recursive=True)
 
 
+def _needs_grad(operands) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
+
+
+def _expand_ellipsis(subscripts: str, operands, grad: bool):
+    """``subscripts`` with the ellipsis spelled out in index letters from the operands' ranks
+    (``sc.einsum``'s own rule, on zero-byte stand-ins of the tensors' shapes), so that the
+    kernel, and its adjoints, name every index.  None when size-1 broadcasting is needed too
+    (sc.einsum then reads an operand without a dimension: no gradient for that, an error
+    when ``grad``)."""
+    from ..api import _expand
+    stand = tuple(np.broadcast_to(np.zeros((), np.int8), tuple(t.shape)) if isinstance(t, torch.Tensor) else t
+                  for t in operands)
+    expr, out, _ = _expand(subscripts, stand, None)
+    if any(np.ndim(a) != np.ndim(b) for a, b in zip(stand, out)):
+        if grad:
+            raise SparseccError(f"'{subscripts}' broadcasts a size-1 dimension: no gradient for size-1 "
+                                f"broadcasting yet (expand the operand, e.g. with .expand(...), or name "
+                                f"every index)")
+        return None
+    return expr
+
+
+def _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring):
+    """``sc.einsum`` on the tensors, without autograd (ellipsis and size-1 broadcasting)."""
+    sync_threads()
+    fm = formats if formats is not None else (None,) * len(operands)
+    fm = tuple(_width_format(t, f) for t, f in zip(operands, fm)) if len(fm) == len(operands) else fm
+    return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in enumerate(operands)],
+                                   formats=fm if any(f is not None for f in fm) else None, options=options,
+                                   out_format=out_format, prune=prune, check=check, semiring=semiring))
+
+
 class TorchKernel:
     """``sct.compile``'s kernel: called on torch tensors like ``sc.compile``'s on arrays.
 
     The sparsecc kernel for a call is ``sc.compile`` of the same expression, with the formats
     of sparse tensors given no format (or their own layout's name) fixed to their index
-    widths; ``sc.compile`` memoizes it, so one kernel per (formats, widths)."""
+    widths; ``sc.compile`` memoizes it, so one kernel per (formats, widths).  Subscripts with
+    an ellipsis get one kernel per operand ranks: each call spells the ellipsis out first
+    (so gradients name every index)."""
 
     def __init__(self, expr, formats, named, options, out_format, prune, check, semiring):
         if not isinstance(expr, str):
@@ -220,8 +255,26 @@ class TorchKernel:
         self._formats, self._named = tuple(formats), dict(named)
         self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)
         self._semiring = semiring
+        self._ellipsis = not self._notation and "." in expr
+        self._expanded: dict = {}
+        if self._ellipsis:                      # the kernel depends on the operands' ranks
+            self.kernel, self.names = None, None
+            return
         self.kernel = self._sc_kernel(None)     # checks the expression and formats now
         self.names = self.kernel.stmt.operands
+
+    def _family(self, args):
+        """For subscripts with an ellipsis: the TorchKernel of the subscripts spelled out for
+        ``args`` (None: size-1 broadcasting without gradients, sc.einsum runs it)."""
+        expr = _expand_ellipsis(self.source, args, _needs_grad(args))
+        if expr is None:
+            return None
+        k = self._expanded.get(expr)
+        if k is None:
+            k = self._expanded[expr] = TorchKernel(expr, self._formats, self._named, self._kw["options"],
+                                                   self._kw["out_format"], self._kw["prune"],
+                                                   self._kw["check"], self._semiring)
+        return k
 
     def _sc_kernel(self, args):
         if self._notation:
@@ -248,6 +301,14 @@ class TorchKernel:
 
     @_eager
     def __call__(self, *args, **kwargs):
+        if self._ellipsis:
+            if kwargs:
+                raise OperandError(f"einsum kernels take operands by position, got keyword(s) {', '.join(kwargs)}")
+            k = self._family(args)
+            if k is None:
+                return _plain_einsum(self.source, args, self._formats or None, semiring=self._semiring, **self._kw)
+            self.last = k
+            return k(*args)
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         self.last = k
@@ -257,6 +318,12 @@ class TorchKernel:
     def vjp(self, cotangent, *args, **kwargs) -> tuple:
         """Gradients of each operand for the output gradient ``cotangent`` (torch tensors;
         sparse operands' on their pattern), by compiled kernels - without autograd."""
+        if self._ellipsis:
+            k = self._family(args) if not kwargs else None
+            if k is None:
+                raise SparseccError(f"'{self.source}': vjp takes operands by position and no size-1 "
+                                    f"broadcasting")
+            return k.vjp(cotangent, *args)
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         grads = autodiff.vjp(k, to_sparsecc(cotangent, "the cotangent"),
@@ -265,7 +332,11 @@ class TorchKernel:
                                              else g) for t, g in zip(ops, grads))
 
     def ir(self, stage: str = "mlir") -> str:
-        return getattr(self, "last", self.kernel).ir(stage)
+        last = getattr(self, "last", self.kernel)
+        if last is None:
+            raise SparseccError(f"'{self.source}' has an ellipsis: its kernel depends on the operands' ranks; "
+                                f"call it once before asking for its IR")
+        return last.ir(stage)
 
     def __repr__(self):
         return f"<sparsecc.torch.TorchKernel '{self.source}'>"
@@ -278,16 +349,14 @@ def _what(name: str) -> str:
 def compile(expr: str, *formats, options=None, out_format=None, prune: bool = False,  # noqa: A001
             check: bool = True, semiring=None, **named_formats) -> TorchKernel:
     """``sc.compile`` for torch tensors: a :class:`TorchKernel`."""
-    if isinstance(expr, str) and "." in expr and not looks_like_notation(expr):
-        raise SparseccError("sparsecc.torch.compile does not take subscripts with an ellipsis yet; name "
-                            "every index (sct.einsum takes them, without gradients)")
     return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring)
 
 
 @_eager
 def einsum(subscripts, *operands, formats=None, options=None, out_format=None, prune: bool = False,
            check: bool = True, semiring=None):
-    """``sc.einsum`` on torch tensors; differentiable (no ellipsis or size-1 broadcasting then)."""
+    """``sc.einsum`` on torch tensors; differentiable (an ellipsis is spelled out from the
+    operands' ranks first; no size-1 broadcasting then)."""
     if not isinstance(subscripts, str):
         from ..api import _from_sublists
         subscripts, operands = _from_sublists(subscripts, operands)
@@ -296,19 +365,12 @@ def einsum(subscripts, *operands, formats=None, options=None, out_format=None, p
     if formats is not None and (isinstance(formats, (str, Format, dict)) or not hasattr(formats, "__iter__")):
         return sc.einsum(subscripts, *operands, formats=formats)     # sc's error for a bad formats=
     formats = None if formats is None else tuple(formats)
-    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
-    if "." in subscripts and not grad:
-        sync_threads()
-        fm = formats if formats is not None else (None,) * len(operands)
-        fm = tuple(_width_format(t, f) for t, f in zip(operands, fm)) if len(fm) == len(operands) else fm
-        return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in
-                                                     enumerate(operands)],
-                                       formats=fm if any(f is not None for f in fm) else None,
-                                       options=options, out_format=out_format, prune=prune, check=check,
-                                       semiring=semiring))
     if "." in subscripts:
-        raise SparseccError("gradients through einsum subscripts with an ellipsis are not supported yet; "
-                            "name every index")
+        # spelled out from the operands' ranks, so the adjoints name every index
+        expanded = _expand_ellipsis(subscripts, operands, _needs_grad(operands))
+        if expanded is None:            # size-1 broadcasting, no gradient needed
+            return _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring)
+        subscripts = expanded
     if formats is not None and len(formats) != len(operands):
         raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
     k = TorchKernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)
