@@ -394,10 +394,9 @@ def _attained(kernel, body, stmt: Statement, ops, result):
     import sparsecc as sc
     if result is None:
         result = kernel(*ops)
-    if sp.issparse(result):
-        raise NotDifferentiableError(f"'{kernel.source}': no gradient of a max/min reduction with a sparse "
-                                     f"result yet (use a dense result)")
-    result = np.asarray(result)
+    # a sparse result stays sparse: where it stores nothing no term was stored either (a
+    # monoid reduces over stored terms), so the count and the gradient need no entry there
+    result = result if sp.issparse(result) else np.asarray(result)
     rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
     show = _Printer(rename)
     text = (f"{_access(_CNT, stmt.indices)} = plus[{','.join(stmt.expr.indices)}]"
