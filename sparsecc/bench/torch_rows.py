@@ -11,8 +11,8 @@ Each row times one training step's sparse work, forward and backward, on the sam
 - **SDDMM**: ``S = M * (U @ V.T)`` on CSR mask ``M``'s pattern (values 1), ``U``, ``V``
   dense ``n x k`` requiring grad; backward with an output gradient on ``M``'s pattern.
   sparsecc: ``sct.compile("ij,ik,jk->ij", out_format="csr")``; torch:
-  ``torch.sparse.sampled_addmm(M, U, V.T, beta=0)``, whose backward materializes dense
-  ``n x n`` products (so ``n`` stays where that fits).
+  ``torch.sparse.sampled_addmm(M, U, V.T, beta=0)`` (with a CSR output gradient its
+  backward did not form a dense ``n x n`` in torch 2.13: measured, docs/torch.md).
 
 Before timing, every row checks that both give the same result and gradients. The two sides
 run interleaved, round after round, and each keeps its best time (the machine's load moves
