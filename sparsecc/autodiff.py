@@ -36,8 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import OperandError, ShapeError, SparseccError
-from .expr import (BINARY_FUNCTIONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored,
-                   Unary, Where, accesses)
+from .expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where, accesses, show
 
 _OUT, _COT, _PAT, _RES, _CNT = "Grad_", "Gcot_", "Ppat_", "Res_", "Cnt_"
 
@@ -68,53 +67,49 @@ def _body(stmt: Statement, source: str):
 
 class _Printer:
     """Index notation for subtrees of the forward statement, its operands renamed; records
-    the operands and indices it prints."""
+    the operands and indices it prints.  The text is ``expr.show``'s (the one printer) of
+    the subtree rewritten: operands renamed, a nested reduction's indices given fresh names
+    (so that the adjoint's root sum can reuse the originals)."""
 
     def __init__(self, rename: dict):
         self.rename, self.names, self.indices = rename, set(), set()
         self._bound: dict = {}          # a nested reduction's indices -> fresh names
         self._fresh = 0
 
+    def __call__(self, e: Expr) -> str:
+        return show(self._tree(e))
+
     def _idx(self, i: str) -> str:
         return self._bound.get(i, i)
 
-    def __call__(self, e: Expr) -> str:
+    def _tree(self, e: Expr) -> Expr:
         if isinstance(e, Access):
-            n = self.rename[e.tensor]
             self.names.add(e.tensor)
             self.indices.update(i for i in e.indices if i not in self._bound)
-            return _access(n, [self._idx(i) for i in e.indices])
+            return Access(self.rename[e.tensor], tuple(self._idx(i) for i in e.indices))
+        if isinstance(e, Index):
+            if e.name not in self._bound:
+                self.indices.add(e.name)
+            return Index(self._idx(e.name))
         if isinstance(e, Reduce):
-            # printed with fresh index names, so that the adjoint's root sum can reuse the originals
             saved = dict(self._bound)
             for i in e.indices:
                 self._fresh += 1
                 self._bound[i] = f"{i}_r{self._fresh}_"
             try:
-                return f"{e.op}[{','.join(self._idx(i) for i in e.indices)}]({self(e.body)})"
+                return Reduce(e.op, tuple(self._idx(i) for i in e.indices), self._tree(e.body), e.identity)
             finally:
                 self._bound = saved
         if isinstance(e, Const):
-            v = e.value.item() if isinstance(e.value, np.generic) else e.value
-            return f"({v!r})"
-        if isinstance(e, Index):
-            if e.name not in self._bound:
-                self.indices.add(e.name)
-            return f"index({self._idx(e.name)})"
+            return e
         if isinstance(e, Unary):
-            return f"{e.fn}({self(e.arg)})"
+            return Unary(e.fn, self._tree(e.arg))
         if isinstance(e, Binary):
-            if e.op in BINARY_FUNCTIONS:
-                return f"{e.op}({self(e.left)}, {self(e.right)})"
-            if e.op in ("and", "or", "xor"):
-                return f"l{e.op}({self(e.left)}, {self(e.right)})"
-            return f"({self(e.left)} {e.op} {self(e.right)})"
+            return Binary(e.op, self._tree(e.left), self._tree(e.right))
         if isinstance(e, Where):
-            return f"where({self(e.cond)}, {self(e.left)}, {self(e.right)})"
-        if isinstance(e, Stored):
-            return f"stored({self(e.body)})"
-        if isinstance(e, Dense):
-            return f"dense({self(e.body)})"
+            return Where(self._tree(e.cond), self._tree(e.left), self._tree(e.right))
+        if isinstance(e, (Stored, Dense)):
+            return type(e)(self._tree(e.body))
         raise NotDifferentiableError(f"no derivative through {type(e).__name__} yet")
 
 
