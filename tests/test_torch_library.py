@@ -51,15 +51,20 @@ def _on_pattern(full, D, layout):
     return full[idx[1], cols]
 
 
+def _operand(seed, layout):
+    """A 6 x 4 sparse operand: dense copy, index tensors, values (a leaf requiring grad)."""
+    D = _dense((6, 4), seed)
+    idx, vals = _components(D, layout)
+    return D, idx, vals.clone().requires_grad_(True)
+
+
 def _blocks(D):
     return (D != 0).reshape(D.shape[0] // 2, 2, D.shape[1] // 2, 2).any(3).any(1)
 
 
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
 def test_einsum_sparse_dense_result(layout):
-    D = _dense((6, 4), 1)
-    idx, vals = _components(D, layout)
-    vals = vals.clone().requires_grad_(True)
+    D, idx, vals = _operand(1, layout)
     B = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(torch.ops.sparsecc.einsum_sparse.default, ("ij,jk->ik", layout, idx, vals, [6, 4], [B]))
     y = torch.ops.sparsecc.einsum_sparse("ij,jk->ik", layout, idx, vals, [6, 4], [B])
@@ -75,9 +80,7 @@ def test_einsum_sparse_dense_result(layout):
 
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
 def test_einsum_sparse_sampled(layout):
-    D = _dense((6, 4), 2)
-    idx, vals = _components(D, layout)
-    vals = vals.clone().requires_grad_(True)
+    D, idx, vals = _operand(2, layout)
     U = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
     V = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
     args = ("ij,ik,jk->ij", layout, idx, vals, [6, 4], [U, V])
