@@ -146,3 +146,14 @@ def test_numpy_vjp_keeps_the_transpose_convention():
     gA, gx = vjp(k, g, A, x, conjugate=True)
     np.testing.assert_allclose(gx, np.conjugate(A.toarray()).T @ g)
     np.testing.assert_allclose(gA.toarray(), np.outer(g, np.conjugate(x)) * (A.toarray() != 0))
+
+
+def test_ops_gradients_complex():
+    """sct.ops' differentiable ops run as statements: the same convention (siblings)."""
+    A = _leaf(_dense((4, 5), 6), "coo")
+    B = torch.randn(5, 3, dtype=torch.complex128, requires_grad=True)
+    C = torch.randn(4, 3, dtype=torch.complex128, requires_grad=True)
+    assert _gradcheck(lambda A, B: sct.ops.mm(A, B), (A, B))
+    assert _gradcheck(lambda C, A, B: sct.ops.addmm(C, A, B, beta=0.5 - 1j, alpha=2j), (C, A, B))
+    x = torch.randn(5, dtype=torch.complex128, requires_grad=True)
+    assert _gradcheck(lambda A, x: sct.ops.mv(A, x), (A, x))
