@@ -317,7 +317,8 @@ class TorchKernel:
     @_eager
     def vjp(self, cotangent, *args, **kwargs) -> tuple:
         """Gradients of each operand for the output gradient ``cotangent`` (torch tensors;
-        sparse operands' on their pattern), by compiled kernels - without autograd."""
+        sparse operands' on their pattern), by compiled kernels - without autograd.  Complex
+        values follow torch's convention (the conjugate Wirtinger derivative)."""
         if self._ellipsis:
             k = self._family(args) if not kwargs else None
             if k is None:

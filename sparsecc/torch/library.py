@@ -9,6 +9,12 @@ adjoints (``values`` gets its gradient on the pattern, in value order).
     y = torch.ops.sparsecc.einsum_csr("ij,jk->ik", crow, col, values, n_cols, [B])
 
 Operand 0 of ``subscripts`` is the CSR matrix, the others the dense tensors in order.
+
+Every layout: ``einsum_sparse(subscripts, layout, indices, values, shape, dense)`` (a dense
+result) and ``einsum_sparse_sampled(...)`` (the result on the sparse operand's pattern, as a
+values tensor of ``values``' shape), with ``layout`` "csr" / "csc" / "coo" / "bsr" and
+``indices`` that layout's index tensors (``_COMPONENTS``); backward:
+``einsum_sparse_backward``.
 """
 
 from __future__ import annotations
