@@ -21,6 +21,9 @@ the gradient to the terms attaining the result, ties split evenly (a count kerne
 - **Indices only the operand has** (``ij->i``: ``j`` is summed over ``A`` alone): the
   gradient does not depend on them; a sparse operand's pattern supplies them, a dense
   operand's gradient is a read-only broadcast view (``numpy.broadcast_to``).
+- **Complex values**: ``vjp`` is JAX's transpose by default; ``conjugate=True`` (what
+  ``sparsecc.torch`` uses) gives torch's conjugate Wirtinger derivative, the factors
+  conjugated by the DSL's ``conj`` inside the adjoint statement (``_conjugated``).
 - Other monoids, operators without a derivative, ``stored``/``dense`` and operands read
   twice raise :class:`NotDifferentiableError` (a :class:`~sparsecc.errors.SparseccError`).
 
@@ -33,8 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import OperandError, ShapeError, SparseccError
-from .expr import (BINARY_FUNCTIONS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored,
-                   Unary, Where, accesses)
+from .expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where, accesses, show
 
 _OUT, _COT, _PAT, _RES, _CNT = "Grad_", "Gcot_", "Ppat_", "Res_", "Cnt_"
 
@@ -65,53 +67,49 @@ def _body(stmt: Statement, source: str):
 
 class _Printer:
     """Index notation for subtrees of the forward statement, its operands renamed; records
-    the operands and indices it prints."""
+    the operands and indices it prints.  The text is ``expr.show``'s (the one printer) of
+    the subtree rewritten: operands renamed, a nested reduction's indices given fresh names
+    (so that the adjoint's root sum can reuse the originals)."""
 
     def __init__(self, rename: dict):
         self.rename, self.names, self.indices = rename, set(), set()
         self._bound: dict = {}          # a nested reduction's indices -> fresh names
         self._fresh = 0
 
+    def __call__(self, e: Expr) -> str:
+        return show(self._tree(e))
+
     def _idx(self, i: str) -> str:
         return self._bound.get(i, i)
 
-    def __call__(self, e: Expr) -> str:
+    def _tree(self, e: Expr) -> Expr:
         if isinstance(e, Access):
-            n = self.rename[e.tensor]
             self.names.add(e.tensor)
             self.indices.update(i for i in e.indices if i not in self._bound)
-            return _access(n, [self._idx(i) for i in e.indices])
+            return Access(self.rename[e.tensor], tuple(self._idx(i) for i in e.indices))
+        if isinstance(e, Index):
+            if e.name not in self._bound:
+                self.indices.add(e.name)
+            return Index(self._idx(e.name))
         if isinstance(e, Reduce):
-            # printed with fresh index names, so that the adjoint's root sum can reuse the originals
             saved = dict(self._bound)
             for i in e.indices:
                 self._fresh += 1
                 self._bound[i] = f"{i}_r{self._fresh}_"
             try:
-                return f"{e.op}[{','.join(self._idx(i) for i in e.indices)}]({self(e.body)})"
+                return Reduce(e.op, tuple(self._idx(i) for i in e.indices), self._tree(e.body), e.identity)
             finally:
                 self._bound = saved
         if isinstance(e, Const):
-            v = e.value.item() if isinstance(e.value, np.generic) else e.value
-            return f"({v!r})"
-        if isinstance(e, Index):
-            if e.name not in self._bound:
-                self.indices.add(e.name)
-            return f"index({self._idx(e.name)})"
+            return e
         if isinstance(e, Unary):
-            return f"{e.fn}({self(e.arg)})"
+            return Unary(e.fn, self._tree(e.arg))
         if isinstance(e, Binary):
-            if e.op in BINARY_FUNCTIONS:
-                return f"{e.op}({self(e.left)}, {self(e.right)})"
-            if e.op in ("and", "or", "xor"):
-                return f"l{e.op}({self(e.left)}, {self(e.right)})"
-            return f"({self(e.left)} {e.op} {self(e.right)})"
+            return Binary(e.op, self._tree(e.left), self._tree(e.right))
         if isinstance(e, Where):
-            return f"where({self(e.cond)}, {self(e.left)}, {self(e.right)})"
-        if isinstance(e, Stored):
-            return f"stored({self(e.body)})"
-        if isinstance(e, Dense):
-            return f"dense({self(e.body)})"
+            return Where(self._tree(e.cond), self._tree(e.left), self._tree(e.right))
+        if isinstance(e, (Stored, Dense)):
+            return type(e)(self._tree(e.body))
         raise NotDifferentiableError(f"no derivative through {type(e).__name__} yet")
 
 
@@ -126,29 +124,47 @@ _DERIVATIVES = {
 }
 
 
-def _chain(e: Expr, target: str, show: _Printer, source: str):
+class _Raw(str):
+    """A factor already in the gradient's convention (a non-holomorphic function's, such as
+    ``abs`` of a complex value): not conjugated as holomorphic derivatives are."""
+
+
+#: in a chain: a ``conj`` node (the gradient flowing through it is conjugated)
+_CONJ = object()
+
+
+def _chain(e: Expr, target: str, show: _Printer, source: str, dtypes=None):
     """The factors (index-notation strings) whose product is d e / d target, or None when
-    ``e`` does not read ``target`` (an operand read once: the chain rule along one path)."""
+    ``e`` does not read ``target`` (an operand read once: the chain rule along one path).
+    Listed from the target up; a ``conj`` node on the path is the marker ``_CONJ`` (see
+    ``_conjugated``).  ``dtypes``: each node's dtype (for complex ``abs``)."""
     if isinstance(e, Access):
         return [] if e.tensor == target else None
     if isinstance(e, (Const, Index)):
         return None
     if isinstance(e, Unary):
-        inner = _chain(e.arg, target, show, source)
+        inner = _chain(e.arg, target, show, source, dtypes)
         if inner is None:
             return None
+        if e.fn == "conj":
+            return inner + [_CONJ]
+        if e.fn == "abs" and dtypes is not None and dtypes[e.arg].kind == "c":
+            # |z| is real and not holomorphic: d loss / d conj(z) is g * z / |z| (0 at z = 0),
+            # torch's sgn rule
+            x = show(e.arg)
+            return inner + [_Raw(f"where(abs({x}) == 0, 0, {x} * pow(abs({x}), -1.0))")]
         return inner + [_DERIVATIVES[e.fn].format(x=show(e.arg))]
     if isinstance(e, Where):
         if any(a.tensor == target for a in accesses(e.cond)):
             return ["(0)"]                  # a condition has no derivative
-        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        lc, rc = _chain(e.left, target, show, source, dtypes), _chain(e.right, target, show, source, dtypes)
         if lc is not None:
             return lc + [f"where({show(e.cond)}, 1, 0)"]
         if rc is not None:
             return rc + [f"where({show(e.cond)}, 0, 1)"]
         return None
     if isinstance(e, Binary):
-        lc, rc = _chain(e.left, target, show, source), _chain(e.right, target, show, source)
+        lc, rc = _chain(e.left, target, show, source, dtypes), _chain(e.right, target, show, source, dtypes)
         if lc is None and rc is None:
             return None
         left = lc is not None
@@ -177,12 +193,33 @@ def _chain(e: Expr, target: str, show: _Printer, source: str):
                                      f"Boolean and structural operators, //, %)")
     if isinstance(e, Reduce) and e.op == "sum":
         # d/dX sum[k](body) = sum[k](d body/dX): the adjoint's root sum covers k
-        return _chain(e.body, target, show, source)
+        return _chain(e.body, target, show, source, dtypes)
     if isinstance(e, Stored):
         raise NotDifferentiableError(f"'{source}': no derivative through stored(...) yet")
     if isinstance(e, Dense):
         raise NotDifferentiableError(f"'{source}': no derivative through dense(...) yet")
     raise NotDifferentiableError(f"'{source}': no derivative through a nested reduction {e.op}[...] yet")
+
+
+def _conjugated(factors: list, cot: str, conjugate: bool) -> list:
+    """The cotangent and the factors of a chain as a list of index-notation factors to
+    multiply.  Real chains (and JAX's convention without ``conj``/complex ``abs`` on the path)
+    are the flat product ``cot * f1 * ... * fn``.  Otherwise the gradient is built from the
+    root down: a holomorphic factor multiplies it (conjugated for torch's convention,
+    ``conjugate``: g * conj(f'(z)), the conjugate Wirtinger derivative), a ``conj`` node
+    conjugates it, a ``_Raw`` factor (complex ``abs``: a real intermediate) multiplies its
+    real part ((g + conj(g)) / 2, as torch keeps the real part of a real tensor's gradient)."""
+    if not conjugate and not any(f is _CONJ or isinstance(f, _Raw) for f in factors):
+        return [cot] + list(factors)
+    g = cot
+    for f in reversed(factors):                 # from the root down to the operand
+        if f is _CONJ:
+            g = f"conj({g})"
+        elif isinstance(f, _Raw):
+            g = f"((({g}) + conj({g})) * 0.5) * {f}"
+        else:
+            g = f"({g}) * {f'conj({f})' if conjugate else f}"
+    return [g]
 
 
 def _access(name: str, idx) -> str:
@@ -262,9 +299,11 @@ def _like(x, values):
     return out
 
 
-def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, attained=None):
+def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, attained=None,
+              conjugate: bool = False, dtypes=None):
     """The gradient of operand ``target``.  ``attained``: for a root max/min, (the result,
-    how many terms attain it), as dense operands."""
+    how many terms attain it), as dense operands.  ``conjugate``: torch's convention for
+    complex values (see ``vjp``); ``dtypes``: each node's dtype."""
     import sparsecc as sc
     pos = stmt.operands.index(target)
     x = ops[pos]
@@ -273,10 +312,10 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
     sk = next(a.indices for a in accesses(body) if a.tensor == target)
     rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
     show = _Printer(rename)
-    factors = _chain(body, target, show, kernel.source)
+    factors = _chain(body, target, show, kernel.source, dtypes)
     if factors is None:
         factors = ["(0)"]
-    factors = [_access(_COT, stmt.indices)] + factors
+    factors = _conjugated(factors, _access(_COT, stmt.indices), conjugate)
     args = {_COT: cot}
     if attained is not None:
         # the entries that attain the max/min share its gradient evenly (as torch.amax)
@@ -311,11 +350,11 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
             key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
             x = sp.coo_array((np.zeros(len(key), dt), np.unravel_index(key, x.shape)), shape=x.shape)
             x.has_canonical_format = True
-        return _like(x, _values_on(x, g).astype(dt, copy=False))
+        return _like(x, _real_for(_values_on(x, g), dt))
     # dense: the gradient over the distinct indices the derivative binds, then placed
     keep = [i for i in dict.fromkeys(sk) if i in bound]
     g = sc.evaluate(statement(keep, factors, bound), options=kernel.options, out_format="dense", **args)
-    g = np.asarray(g).astype(dt, copy=False)
+    g = _real_for(np.asarray(g), dt)
     uniq = list(dict.fromkeys(sk))
     if keep == list(sk):
         return g
@@ -330,6 +369,14 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
     return out
 
 
+def _real_for(g, dt):
+    """Gradient values ``g`` in the operand's dtype ``dt``: a real operand of a complex
+    expression gets the real part (torch's rule), read from the complex values."""
+    if g.dtype.kind == "c" and dt.kind != "c":
+        g = g.real
+    return g.astype(dt, copy=False)
+
+
 def _result_dtype(x):
     dt = np.dtype(x.dtype)
     if dt.kind not in "fc":
@@ -342,10 +389,9 @@ def _attained(kernel, body, stmt: Statement, ops, result):
     import sparsecc as sc
     if result is None:
         result = kernel(*ops)
-    if sp.issparse(result):
-        raise NotDifferentiableError(f"'{kernel.source}': no gradient of a max/min reduction with a sparse "
-                                     f"result yet (use a dense result)")
-    result = np.asarray(result)
+    # a sparse result stays sparse: where it stores nothing no term was stored either (a
+    # monoid reduces over stored terms), so the count and the gradient need no entry there
+    result = result if sp.issparse(result) else np.asarray(result)
     rename = {n: f"X{k}_" for k, n in enumerate(stmt.operands)}
     show = _Printer(rename)
     text = (f"{_access(_CNT, stmt.indices)} = plus[{','.join(stmt.expr.indices)}]"
@@ -356,7 +402,7 @@ def _attained(kernel, body, stmt: Statement, ops, result):
     return args[_RES], (np.asarray(cnt) if stmt.indices else np.asarray(cnt)[()])
 
 
-def vjp(kernel, cotangent, *args, wrt=None, result=None, **kwargs):
+def vjp(kernel, cotangent, *args, wrt=None, result=None, conjugate=False, **kwargs):
     """Gradients of ``kernel(*args, **kwargs)`` for the output cotangent ``cotangent``.
 
     Returns a tuple with one gradient per operand, in the kernel's operand order (``None``
@@ -364,8 +410,11 @@ def vjp(kernel, cotangent, *args, wrt=None, result=None, **kwargs):
     gradient is a NumPy array of its shape; a sparse operand's is a SciPy array of its type
     over its index arrays (its pattern: stored zeros included).  The cotangent is a NumPy
     array (or a SciPy sparse array) of the result's shape.  For complex operands this is the
-    transpose of the linear map (no conjugation, as JAX's ``vjp``).  ``result``: the forward
-    result, for a max/min reduction (computed again if not given)."""
+    transpose of the linear map (no conjugation, as JAX's ``vjp``); ``conjugate=True`` gives
+    torch's convention instead, the conjugate Wirtinger derivative (for ``y = A x``:
+    ``grad_A = g conj(x)^T`` on A's pattern, ``grad_x = conj(A)^T g``), with ``conj`` inside
+    the compiled adjoint statements; a real operand then gets the real part.  ``result``:
+    the forward result, for a max/min reduction (computed again if not given)."""
     from .runtime.operands import as_operand
     if getattr(kernel, "_library", None) is not None:
         raise NotDifferentiableError("an ahead-of-time kernel holds only its own specializations; "
@@ -386,9 +435,13 @@ def vjp(kernel, cotangent, *args, wrt=None, result=None, **kwargs):
     attained = None
     if monoid is not None:
         attained = _attained(kernel, body, stmt, ops, result)
+    from .expr import infer_dtypes
+    dtypes = infer_dtypes(stmt, {n: np.dtype(x.dtype) for n, x in zip(stmt.operands, ops)})
+    conjugate = bool(conjugate) and (np.dtype(cotangent.dtype).kind == "c"
+                                     or any(d.kind == "c" for d in dtypes.values()))
     grads = [None] * len(stmt.operands)
     for pos, name in enumerate(stmt.operands):
         if wrt is not None and pos not in wrt:
             continue
-        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops, attained)
+        grads[pos] = _grad_one(kernel, name, body, stmt, cotangent, ops, attained, conjugate, dtypes)
     return tuple(grads)

@@ -13,12 +13,18 @@ import numpy as np
 
 from .errors import DTypeError, ShapeError
 
+def conjugate(x):
+    """``conj``: numpy.conjugate of a complex value; a real, integer or bool value itself
+    (numpy.conjugate would make a bool an int8)."""
+    return np.conjugate(x) if np.iscomplexobj(x) else x
+
+
 #: unary functions the DSL knows, with the numpy function that defines their meaning
 UNARY = {
     "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
     "asin": np.arcsin, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
-    "ceil": np.ceil, "floor": np.floor,
+    "ceil": np.ceil, "floor": np.floor, "conj": conjugate,
 }
 BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
           "%": np.remainder,

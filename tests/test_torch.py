@@ -369,12 +369,6 @@ def test_min_plus_semiring_gradient():
     assert _gradcheck(lambda A, d: sct.einsum("ij,j->i", A, d, semiring="min_plus"), (A, d))
 
 
-def test_complex_grad_is_refused():
-    A = torch.ones(2, 2, dtype=torch.complex128, requires_grad=True)
-    with pytest.raises(sc.DTypeError, match="complex"):
-        sct.einsum("ij,j->i", A, torch.ones(2, dtype=torch.complex128))
-
-
 # ----------------------------------------------------------------------------- threads
 def test_threads_follow_torch_unless_set():
     code = ("import torch, sparsecc as sc, sparsecc.torch as sct\n"

@@ -27,7 +27,7 @@ _FLOAT_FN = {"abs": "math.absf", "sqrt": "math.sqrt", "exp": "math.exp", "log": 
              "log1p": "math.log1p", "ceil": "math.ceil", "floor": "math.floor"}
 _COMPLEX_FN = {"abs": "complex.abs", "sqrt": "complex.sqrt", "exp": "complex.exp", "log": "complex.log",
                "sin": "complex.sin", "cos": "complex.cos", "tan": "complex.tan", "tanh": "complex.tanh",
-               "expm1": "complex.expm1", "log1p": "complex.log1p"}
+               "expm1": "complex.expm1", "log1p": "complex.log1p", "conj": "complex.conj"}
 ARITH = {  # op -> kind -> MLIR op
     "+": {"float": "arith.addf", "int": "arith.addi", "complex": "complex.add", "bool": "arith.ori"},
     "-": {"float": "arith.subf", "int": "arith.subi", "complex": "complex.sub"},
@@ -440,7 +440,7 @@ class Body(Casts):
         # abs of a complex value is real; every other function computes in its result dtype
         in_row = arg_row if e.fn == "abs" and arg_row.kind == "complex" else row
         x = self.value(e.arg, in_row)
-        if e.fn == "abs" and row.kind == "bool":
+        if e.fn == "abs" and row.kind == "bool" or e.fn == "conj" and row.kind != "complex":
             return x
         tin, tout = body_type(in_row), body_type(row)
 

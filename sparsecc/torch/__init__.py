@@ -179,7 +179,7 @@ class _Apply(torch.autograd.Function):
         ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
         need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
         cot = to_sparsecc(gout, "the output gradient")
-        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result)
+        grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result, conjugate=True)
         out = [None, None]
         for k, (t, g) in enumerate(zip(ctx.tensors, grads)):
             out.append(None if g is None or k not in need else _grad_tensor(t, g))
@@ -200,9 +200,9 @@ class _FirstOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise autodiff.NotDifferentiableError("second-order gradients through sparsecc kernels are not supported: "
-                                     "a gradient computed with create_graph=True cannot be differentiated "
-                                     "again (docs/torch.md)")
+        raise autodiff.NotDifferentiableError(
+            "second-order gradients through sparsecc kernels are not supported: a gradient computed "
+            "with create_graph=True cannot be differentiated again (docs/torch.md)")
 
 
 def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
@@ -228,11 +228,6 @@ def _run(kernel, args: list, whats: list):
     if grad and any(_on_cuda(t) for t in args):
         raise SparseccError("gradients through CUDA tensors are not supported yet (the adjoint kernels run "
                             "on the CPU); call it under torch.no_grad() or detach the operands")
-    if grad:
-        for t, what in zip(args, whats):
-            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_complex():
-                raise DTypeError(f"{what} is complex and requires grad: gradients of complex operands "
-                                 f"are not supported yet (torch's conjugate convention)")
     operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
     if not grad:
         return from_sparsecc(kernel(*operands))
@@ -246,12 +241,48 @@ def _eager(fn):
     return torch.compiler.disable(fn, recursive=True)
 
 
+def _needs_grad(operands) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
+
+
+def _expand_ellipsis(subscripts: str, operands, grad: bool):
+    """``subscripts`` with the ellipsis spelled out in index letters from the operands' ranks
+    (``sc.einsum``'s own rule, on zero-byte stand-ins of the tensors' shapes), so that the
+    kernel, and its adjoints, name every index.  None when size-1 broadcasting is needed too
+    (sc.einsum then reads an operand without a dimension: no gradient for that, an error
+    when ``grad``)."""
+    from ..api import _expand
+    stand = tuple(np.broadcast_to(np.zeros((), np.int8), tuple(t.shape)) if isinstance(t, torch.Tensor) else t
+                  for t in operands)
+    expr, out, _ = _expand(subscripts, stand, None)
+    if any(np.ndim(a) != np.ndim(b) for a, b in zip(stand, out)):
+        if grad:
+            raise SparseccError(f"'{subscripts}' broadcasts a size-1 dimension: no gradient for size-1 "
+                                f"broadcasting yet (expand the operand, e.g. with .expand(...), or name "
+                                f"every index)")
+        return None
+    return expr
+
+
+def _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring):
+    """``sc.einsum`` on the tensors, without autograd (ellipsis and size-1 broadcasting)."""
+    sync_threads()
+    fm = formats if formats is not None else (None,) * len(operands)
+    fm = tuple(_width_format(t, f) for t, f in zip(operands, fm)) if len(fm) == len(operands) else fm
+    return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in enumerate(operands)],
+                                   formats=fm if any(f is not None for f in fm) else None, options=options,
+                                   out_format=out_format, prune=prune, check=check, semiring=semiring,
+                                   device="cuda" if any(_on_cuda(t) for t in operands) else None))
+
+
 class TorchKernel:
     """``sct.compile``'s kernel: called on torch tensors like ``sc.compile``'s on arrays.
 
     The sparsecc kernel for a call is ``sc.compile`` of the same expression, with the formats
     of sparse tensors given no format (or their own layout's name) fixed to their index
-    widths; ``sc.compile`` memoizes it, so one kernel per (formats, widths)."""
+    widths; ``sc.compile`` memoizes it, so one kernel per (formats, widths).  Subscripts with
+    an ellipsis get one kernel per operand ranks: each call spells the ellipsis out first
+    (so gradients name every index)."""
 
     def __init__(self, expr, formats, named, options, out_format, prune, check, semiring):
         if not isinstance(expr, str):
@@ -261,8 +292,26 @@ class TorchKernel:
         self._formats, self._named = tuple(formats), dict(named)
         self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)
         self._semiring = semiring
+        self._ellipsis = not self._notation and "." in expr
+        self._expanded: dict = {}
+        if self._ellipsis:                      # the kernel depends on the operands' ranks
+            self.kernel, self.names = None, None
+            return
         self.kernel = self._sc_kernel(None)     # checks the expression and formats now
         self.names = self.kernel.stmt.operands
+
+    def _family(self, args):
+        """For subscripts with an ellipsis: the TorchKernel of the subscripts spelled out for
+        ``args`` (None: size-1 broadcasting without gradients, sc.einsum runs it)."""
+        expr = _expand_ellipsis(self.source, args, _needs_grad(args))
+        if expr is None:
+            return None
+        k = self._expanded.get(expr)
+        if k is None:
+            k = self._expanded[expr] = TorchKernel(expr, self._formats, self._named, self._kw["options"],
+                                                   self._kw["out_format"], self._kw["prune"],
+                                                   self._kw["check"], self._semiring)
+        return k
 
     def _sc_kernel(self, args):
         kw = self._kw
@@ -292,6 +341,14 @@ class TorchKernel:
 
     @_eager
     def __call__(self, *args, **kwargs):
+        if self._ellipsis:
+            if kwargs:
+                raise OperandError(f"einsum kernels take operands by position, got keyword(s) {', '.join(kwargs)}")
+            k = self._family(args)
+            if k is None:
+                return _plain_einsum(self.source, args, self._formats or None, semiring=self._semiring, **self._kw)
+            self.last = k
+            return k(*args)
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         self.last = k
@@ -300,16 +357,27 @@ class TorchKernel:
     @_eager
     def vjp(self, cotangent, *args, **kwargs) -> tuple:
         """Gradients of each operand for the output gradient ``cotangent`` (torch tensors;
-        sparse operands' on their pattern), by compiled kernels - without autograd."""
+        sparse operands' on their pattern), by compiled kernels - without autograd.  Complex
+        values follow torch's convention (the conjugate Wirtinger derivative)."""
+        if self._ellipsis:
+            k = self._family(args) if not kwargs else None
+            if k is None:
+                raise SparseccError(f"'{self.source}': vjp takes operands by position and no size-1 "
+                                    f"broadcasting")
+            return k.vjp(cotangent, *args)
         ops = self._bind(args, kwargs)
         k = self._sc_kernel(ops)
         grads = autodiff.vjp(k, to_sparsecc(cotangent, "the cotangent"),
-                             *[to_sparsecc(t, _what(n)) for t, n in zip(ops, k.stmt.operands)])
+                             *[to_sparsecc(t, _what(n)) for t, n in zip(ops, k.stmt.operands)], conjugate=True)
         return tuple(None if g is None else (_grad_tensor(t, g) if isinstance(t, torch.Tensor)
                                              else g) for t, g in zip(ops, grads))
 
     def ir(self, stage: str = "mlir") -> str:
-        return getattr(self, "last", self.kernel).ir(stage)
+        last = getattr(self, "last", self.kernel)
+        if last is None:
+            raise SparseccError(f"'{self.source}' has an ellipsis: its kernel depends on the operands' ranks; "
+                                f"call it once before asking for its IR")
+        return last.ir(stage)
 
     def __repr__(self):
         return f"<sparsecc.torch.TorchKernel '{self.source}'>"
@@ -322,16 +390,14 @@ def _what(name: str) -> str:
 def compile(expr: str, *formats, options=None, out_format=None, prune: bool = False,  # noqa: A001
             check: bool = True, semiring=None, **named_formats) -> TorchKernel:
     """``sc.compile`` for torch tensors: a :class:`TorchKernel`."""
-    if isinstance(expr, str) and "." in expr and not looks_like_notation(expr):
-        raise SparseccError("sparsecc.torch.compile does not take subscripts with an ellipsis yet; name "
-                            "every index (sct.einsum takes them, without gradients)")
     return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring)
 
 
 @_eager
 def einsum(subscripts, *operands, formats=None, options=None, out_format=None, prune: bool = False,
            check: bool = True, semiring=None):
-    """``sc.einsum`` on torch tensors; differentiable (no ellipsis or size-1 broadcasting then)."""
+    """``sc.einsum`` on torch tensors; differentiable (an ellipsis is spelled out from the
+    operands' ranks first; no size-1 broadcasting then)."""
     if not isinstance(subscripts, str):
         from ..api import _from_sublists
         subscripts, operands = _from_sublists(subscripts, operands)
@@ -340,20 +406,12 @@ def einsum(subscripts, *operands, formats=None, options=None, out_format=None, p
     if formats is not None and (isinstance(formats, (str, Format, dict)) or not hasattr(formats, "__iter__")):
         return sc.einsum(subscripts, *operands, formats=formats)     # sc's error for a bad formats=
     formats = None if formats is None else tuple(formats)
-    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in operands)
-    if "." in subscripts and not grad:
-        sync_threads()
-        fm = formats if formats is not None else (None,) * len(operands)
-        fm = tuple(_width_format(t, f) for t, f in zip(operands, fm)) if len(fm) == len(operands) else fm
-        return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in
-                                                     enumerate(operands)],
-                                       formats=fm if any(f is not None for f in fm) else None,
-                                       options=options, out_format=out_format, prune=prune, check=check,
-                                       semiring=semiring,
-                                       device="cuda" if any(_on_cuda(t) for t in operands) else None))
     if "." in subscripts:
-        raise SparseccError("gradients through einsum subscripts with an ellipsis are not supported yet; "
-                            "name every index")
+        # spelled out from the operands' ranks, so the adjoints name every index
+        expanded = _expand_ellipsis(subscripts, operands, _needs_grad(operands))
+        if expanded is None:            # size-1 broadcasting, no gradient needed
+            return _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring)
+        subscripts = expanded
     if formats is not None and len(formats) != len(operands):
         raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
     k = TorchKernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)

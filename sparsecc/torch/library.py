@@ -9,6 +9,12 @@ adjoints (``values`` gets its gradient on the pattern, in value order).
     y = torch.ops.sparsecc.einsum_csr("ij,jk->ik", crow, col, values, n_cols, [B])
 
 Operand 0 of ``subscripts`` is the CSR matrix, the others the dense tensors in order.
+
+Every layout: ``einsum_sparse(subscripts, layout, indices, values, shape, dense)`` (a dense
+result) and ``einsum_sparse_sampled(...)`` (the result on the sparse operand's pattern, as a
+values tensor of ``values``' shape), with ``layout`` "csr" / "csc" / "coo" / "bsr" and
+``indices`` that layout's index tensors (``_COMPONENTS``); backward:
+``einsum_sparse_backward``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import torch
 
 from ..errors import SparseccError
 
-__all__ = ["einsum_csr"]
+__all__ = ["einsum_csr", "einsum_sparse", "einsum_sparse_sampled"]
 
 
 def _parse(subscripts: str, n_dense: int):
@@ -87,3 +93,131 @@ def _backward(ctx, grad):
 
 
 einsum_csr.register_autograd(_backward, setup_context=_setup)
+
+
+# --------------------------------------------------------------- every layout, sampled results
+#: the index tensors each layout is given by, in order
+_COMPONENTS = {"csr": ("crow_indices", "col_indices"), "csc": ("ccol_indices", "row_indices"),
+               "coo": ("indices",), "bsr": ("crow_indices", "col_indices")}
+#: the format a sampled result is built in (BSR: element-wise CSR, read back block by block)
+_SAMPLED_FORMAT = {"csr": "csr", "csc": "csc", "coo": "coo", "bsr": "csr"}
+
+
+def _check(subscripts: str, layout: str, indices, shape, n_dense: int, sampled: bool):
+    if layout not in _COMPONENTS:
+        raise SparseccError(f"layout is one of {', '.join(_COMPONENTS)}, got {layout!r}")
+    want = _COMPONENTS[layout]
+    if len(indices) != len(want):
+        raise SparseccError(f"a {layout} operand is given by {len(want)} index tensor(s) ({', '.join(want)}), "
+                            f"got {len(indices)}")
+    s = subscripts.replace(" ", "")
+    lhs, arrow, rhs = s.partition("->")
+    terms = lhs.split(",")
+    if not arrow or "." in s or len(terms) != 1 + n_dense or len(terms[0]) != len(shape):
+        raise SparseccError(f"einsum_sparse takes explicit subscripts with the sparse operand first (one index "
+                            f"per dimension of its shape {list(shape)}) and one term per dense operand "
+                            f"({n_dense}), got {subscripts!r}")
+    if layout != "coo" and len(shape) != 2:
+        raise SparseccError(f"a {layout} operand is a matrix, got shape {list(shape)}")
+    if sampled and rhs != terms[0]:
+        raise SparseccError(f"einsum_sparse_sampled's result lives on the sparse operand's pattern: its "
+                            f"output subscripts must be {terms[0]!r}, got {rhs!r}")
+    return terms, rhs
+
+
+def _operand(layout: str, indices, values, shape):
+    """The torch sparse tensor over the components (no copy; sparsecc validates it)."""
+    shape = tuple(int(n) for n in shape)
+    if layout == "coo":
+        return torch.sparse_coo_tensor(indices[0], values, shape, check_invariants=False)
+    ctor = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor, "bsr": torch.sparse_bsr_tensor}[layout]
+    return ctor(indices[0], indices[1], values, shape, check_invariants=False)
+
+
+def _dtype(values, dense):
+    dtype = values.dtype
+    for d in dense:
+        dtype = torch.promote_types(dtype, d.dtype)
+    return dtype
+
+
+def _values_on(x, g) -> torch.Tensor:
+    """Sparse tensor ``g``'s values at every stored element of sparse tensor ``x``, in x's
+    value order and values shape (0 where g stores nothing): moves values only."""
+    from .. import autodiff
+    from . import to_sparsecc
+    return torch.from_numpy(autodiff._values_on(to_sparsecc(x), to_sparsecc(g)).copy())
+
+
+@torch.library.custom_op("sparsecc::einsum_sparse", mutates_args=())
+def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
+                  shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
+    from . import compile as _compile
+    _check(subscripts, layout, indices, shape, len(dense), False)
+    with torch.no_grad():
+        out = _compile(subscripts)(_operand(layout, indices, values, shape), *dense)
+    return out if out.layout == torch.strided else out.to_dense()
+
+
+@einsum_sparse.register_fake
+def _(subscripts, layout, indices, values, shape, dense):
+    terms, rhs = _check(subscripts, layout, indices, shape, len(dense), False)
+    size = dict(zip(terms[0], shape))
+    for t, d in zip(terms[1:], dense):
+        for c, n in zip(t, d.shape):
+            size.setdefault(c, n)
+    return values.new_empty([size[c] for c in rhs], dtype=_dtype(values, dense))
+
+
+@torch.library.custom_op("sparsecc::einsum_sparse_sampled", mutates_args=())
+def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
+                          shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
+    from . import compile as _compile
+    _check(subscripts, layout, indices, shape, len(dense), True)
+    x = _operand(layout, indices, values, shape)
+    with torch.no_grad():
+        out = _compile(subscripts, out_format=_SAMPLED_FORMAT[layout])(x, *dense)
+    return _values_on(x, out).to(_dtype(values, dense))
+
+
+@einsum_sparse_sampled.register_fake
+def _(subscripts, layout, indices, values, shape, dense):
+    _check(subscripts, layout, indices, shape, len(dense), True)
+    return values.new_empty(values.shape, dtype=_dtype(values, dense))
+
+
+@torch.library.custom_op("sparsecc::einsum_sparse_backward", mutates_args=())
+def einsum_sparse_backward(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
+                           shape: list[int], dense: list[torch.Tensor], grad: torch.Tensor,
+                           sampled: bool) -> list[torch.Tensor]:
+    from . import compile as _compile
+    x = _operand(layout, indices, values, shape)
+    # a sampled result's gradient: its values on x's pattern, as a sparse cotangent
+    cot = _operand(layout, indices, grad.contiguous(), shape) if sampled else grad.contiguous()
+    grads = _compile(subscripts).vjp(cot, x, *dense)
+    return [_values_on(x, grads[0])] + [g.clone() for g in grads[1:]]
+
+
+@einsum_sparse_backward.register_fake
+def _(subscripts, layout, indices, values, shape, dense, grad, sampled):
+    return [torch.empty_like(values)] + [torch.empty_like(d) for d in dense]
+
+
+def _setup_sparse(ctx, inputs, output):
+    subscripts, layout, indices, values, shape, dense = inputs
+    ctx.subscripts, ctx.layout, ctx.shape, ctx.n_indices = subscripts, layout, shape, len(indices)
+    ctx.save_for_backward(*indices, values, *dense)
+
+
+def _backward_of(sampled: bool):
+    def backward(ctx, grad):
+        saved = ctx.saved_tensors
+        indices, values, dense = list(saved[:ctx.n_indices]), saved[ctx.n_indices], list(saved[ctx.n_indices + 1:])
+        grads = torch.ops.sparsecc.einsum_sparse_backward(ctx.subscripts, ctx.layout, indices, values, ctx.shape,
+                                                          dense, grad, sampled)
+        return None, None, [None] * ctx.n_indices, grads[0], None, list(grads[1:])
+    return backward
+
+
+einsum_sparse.register_autograd(_backward_of(False), setup_context=_setup_sparse)
+einsum_sparse_sampled.register_autograd(_backward_of(True), setup_context=_setup_sparse)
