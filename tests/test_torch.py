@@ -620,3 +620,16 @@ def test_double_backward_raises_instead_of_a_silently_missing_term():
     # first-order gradients are unchanged under create_graph
     want = 2 * A.T @ (A @ X.detach())
     assert torch.allclose(g.detach(), want)
+
+
+@pytest.mark.parametrize("coords", [[[0, 5], [0, 1]], [[0, -1], [0, 1]], [[0, 1], [0, 3]]])
+def test_coo_coordinates_out_of_range_are_an_operand_error(coords):
+    """A COO tensor built with check_invariants=False and bad coordinates got SciPy's bare
+    ValueError (not a SparseccError), from sct calls and the custom ops alike."""
+    A = torch.sparse_coo_tensor(torch.tensor(coords), torch.ones(2, dtype=torch.float64), (2, 3),
+                                check_invariants=False)
+    with pytest.raises(sc.OperandError, match="operand 0"):
+        sct.einsum("ij,j->i", A, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(sc.SparseccError):
+        torch.ops.sparsecc.einsum_sparse("ij,jk->ik", "coo", [torch.tensor(coords)], torch.ones(2, dtype=torch.float64),
+                                         [2, 3], [torch.ones(3, 2, dtype=torch.float64)])

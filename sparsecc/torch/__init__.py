@@ -94,7 +94,10 @@ def to_sparsecc(t, what: str = "operand"):
     shape = tuple(t.shape)
     if lay == torch.sparse_coo:
         idx = _np(t._indices())
-        out = sp.coo_array((_np(t._values()), tuple(idx)), shape=shape)
+        try:
+            out = sp.coo_array((_np(t._values()), tuple(idx)), shape=shape)
+        except ValueError as err:          # SciPy's check of the coordinates (built unchecked by torch)
+            raise OperandError(f"{what}: {err}") from None
         out.has_canonical_format = bool(t.is_coalesced())
         return out
     if lay == torch.sparse_csr:
