@@ -62,16 +62,8 @@ def _memref_args(func) -> list:
 
 
 def _walk(func, name: str) -> list:
-    from mlir import ir
-    found = []
-
-    def visit(op):
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
-    return found
+    from .gpu import ops_named
+    return ops_named(func, name)
 
 
 def _async_deps(op) -> list:

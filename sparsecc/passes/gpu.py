@@ -95,7 +95,8 @@ def fingerprint() -> str:
                       VERSION, GPU_DATA_LAYOUT, DEVICE_ARGS])
 
 
-def ops_named(module, name: str) -> list:
+def ops_named(root, name: str) -> list:
+    """The operations called ``name`` under ``root`` (a module or an operation)."""
     found = []
 
     def visit(op):
@@ -104,7 +105,7 @@ def ops_named(module, name: str) -> list:
         from mlir import ir
         return ir.WalkResult.ADVANCE
 
-    module.operation.walk(visit)
+    getattr(root, "operation", root).walk(visit)
     return found
 
 
