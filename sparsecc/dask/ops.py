@@ -1,0 +1,376 @@
+"""The op library (``sc.ops``) over Dask arrays (docs/distributed.md).
+
+``sparsecc.ops`` calls :func:`dispatch` when an operand is a Dask array.  An op that is an
+einsum or index-notation kernel underneath runs as that kernel over the Dask operands
+(``sparsecc.dask.call``: one compiled kernel per op and formats, one task per block,
+partial results of a split reduced index combined by the root reduction's monoid).  An op
+whose in-memory kernel is not a monoid reduction at its root is a short chain of such
+kernels, each planned the same way:
+
+* ``amax``/``amin``/``prod`` with ``implicit_zeros=True`` on sparse chunks: the reduction of
+  the stored entries and their count (both split, combined by ``max``/``min``/``times`` and
+  ``+``), then one element-wise kernel adds the unstored zeros where the count is short;
+* ``mean``: the sum (and, stored-only, the count), then one element-wise division;
+* ``addmm``/``sspaddmm``/``sampled_addmm``: the product (split, combined by ``+``), then one
+  element-wise kernel for ``beta * input + alpha * product``.
+
+``softmax``/``log_softmax`` reduce below the root: their dimension is kept in one chunk
+(the plan rechunks it), the other dimensions stay split.  Ops that need global coordinates
+(slices, concatenation, reshapes, scatters, arg-reductions, ...) raise an ``OperandError``
+naming the op: compute the operand first.
+"""
+
+from __future__ import annotations
+
+import numbers
+import string
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..api import einsum, evaluate
+from ..errors import OperandError, ShapeError, SparseccError
+from ..runtime.operands import as_operand
+from . import _chunk_kind, is_dask
+
+
+def _has_dask(values) -> bool:
+    for v in values:
+        if is_dask(v):
+            return True
+        if isinstance(v, (list, tuple)) and any(is_dask(w) for w in v):
+            return True
+    return False
+
+
+def dispatch(name: str, args: tuple, kwargs: dict):
+    """``sc.ops.<name>(*args, **kwargs)`` with a Dask operand: a lazy Dask array."""
+    f = OPS.get(name)
+    if f is None:
+        raise OperandError(
+            f"sc.ops.{name} does not take Dask arrays: it needs the operand's global coordinates "
+            f"(or a global order of its entries), which one block does not have. Compute the operand "
+            f"first (x.compute()) and call sc.ops.{name} on the in-memory array; ops over Dask arrays: "
+            f"{', '.join(sorted(OPS))} (docs/distributed.md)")
+    return f(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ operands
+def _operand(x, what: str):
+    if is_dask(x):
+        _chunk_kind(x, what)        # an unknown chunk type: an OperandError before any task
+        return x
+    return as_operand(x, what)
+
+
+def _is_sparse(x) -> bool:
+    if is_dask(x):
+        return not isinstance(x._meta, np.ndarray)
+    return sp.issparse(x)
+
+
+def _layout(x):
+    """A matrix's own SciPy layout (csr, csc, coo), else None (the pattern rules decide)."""
+    m = x._meta if is_dask(x) else x
+    return m.format if sp.issparse(m) and x.ndim == 2 and m.format in ("csr", "csc", "coo") else None
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (numbers.Number, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
+
+
+def _idx(rank: int) -> list[str]:
+    return [f"i{k}" for k in range(rank)]
+
+
+def _acc(name: str, idx) -> str:
+    return f"{name}[{','.join(idx)}]" if len(idx) else name
+
+
+def _same_shape(x, y):
+    if tuple(x.shape) != tuple(y.shape):
+        raise ShapeError(f"shapes {tuple(x.shape)} and {tuple(y.shape)} differ (no broadcasting)")
+
+
+def _matrix(x, what: str, rank: int = 2):
+    x = _operand(x, what)
+    if x.ndim != rank:
+        raise ShapeError(f"{what} must have rank {rank}, got shape {tuple(x.shape)}")
+    return x
+
+
+# ------------------------------------------------------------------ linalg
+def mm(mat1, mat2, *, out_format=None):
+    return einsum("ik,kj->ij", _matrix(mat1, "mat1"), _matrix(mat2, "mat2"), out_format=out_format)
+
+
+def smm(input, mat, *, out_format="csr"):
+    return mm(input, mat, out_format=out_format)
+
+
+def hspmm(mat1, mat2, *, out_format="csr"):
+    return mm(mat1, mat2, out_format=out_format)
+
+
+def mv(mat, vec):
+    return einsum("ij,j->i", _matrix(mat, "mat"), _matrix(vec, "vec", 1))
+
+
+def bmm(input, mat2, *, out_format=None):
+    return einsum("bik,bkj->bij", _matrix(input, "input", 3), _matrix(mat2, "mat2", 3), out_format=out_format)
+
+
+def _scalars(beta, alpha, *ops):
+    t = np.result_type(*[o.dtype for o in ops], beta, alpha)
+    return np.asarray(beta, dtype=t), np.asarray(alpha, dtype=t)
+
+
+def _product_shape(C, A, B):
+    if (C.shape[0], C.shape[1]) != (A.shape[0], B.shape[1]):
+        raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
+    C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    b, a = _scalars(beta, alpha, C, A, B)
+    _product_shape(C, A, B)
+    if beta == 0:
+        return evaluate("O[i,j] = alpha * A[i,k] * B[k,j]", A=A, B=B, alpha=a, out_format=out_format)
+    # the product first (its split k combined by +), then the sum: one kernel each
+    P = einsum("ik,kj->ij", A, B)
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=out_format)
+
+
+def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, out_format="csr"):
+    C, A, B = _matrix(input, "input"), _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    _product_shape(C, A, B)
+    b, a = _scalars(beta, alpha, C, A, B)
+    P = einsum("ik,kj->ij", A, B, out_format="csr")
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=out_format)
+
+
+def _pattern_blocks(m, value, dtype):
+    """``m``'s pattern with every stored value ``value`` (``elementwise._pattern``: built
+    from the indices alone), block by block for a Dask ``m``."""
+    from ..ops.elementwise import _pattern
+    if not is_dask(m):
+        return _pattern(m, value, dtype)
+    meta = _pattern(m._meta, value, dtype)
+    return m.map_blocks(_pattern, value, dtype, dtype=np.dtype(dtype), meta=meta)
+
+
+def sampled_addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
+    C = _operand(input, "input")
+    if not _is_sparse(C) or C.ndim != 2:
+        raise OperandError("sampled_addmm: input must be a sparse matrix")
+    A, B = _matrix(mat1, "mat1"), _matrix(mat2, "mat2")
+    _product_shape(C, A, B)
+    b, a = _scalars(beta, alpha, C, A, B)
+    fmt = out_format if out_format is not None else (_layout(C) or "csr")
+    P = _pattern_blocks(C, 1, np.result_type(A.dtype, B.dtype))
+    S = einsum("ij,ik,kj->ij", P, A, B, out_format=fmt)
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * S[i,j]", C=C, S=S, beta=b, alpha=a, out_format=fmt)
+
+
+# ------------------------------------------------------------------ element-wise
+def mul(input, other, *, out_format=None):
+    x = _operand(input, "input")
+    n = _idx(x.ndim)
+    if _is_scalar(other):
+        s = np.asarray(other, dtype=np.result_type(x.dtype, other))
+        return evaluate(f"{_acc('O', n)} = s * {_acc('X', n)}", s=s, X=x,
+                        out_format=out_format if out_format is not None else _layout(x))
+    y = _operand(other, "other")
+    _same_shape(x, y)
+    return evaluate(f"{_acc('O', n)} = {_acc('X', n)} * {_acc('Y', n)}", X=x, Y=y, out_format=out_format)
+
+
+def _add(x, other, alpha, sign: str, out_format):
+    x = _operand(x, "input")
+    n = _idx(x.ndim)
+    X = _acc("X", n)
+    if _is_scalar(other):
+        s = np.asarray(np.asarray(other) * alpha, dtype=np.result_type(x.dtype, np.asarray(other) * alpha))
+        return evaluate(f"{_acc('O', n)} = {X} {sign} s", X=x, s=s, out_format=out_format)
+    y = _operand(other, "other")
+    _same_shape(x, y)
+    if alpha == 1:
+        return evaluate(f"{_acc('O', n)} = {X} {sign} {_acc('Y', n)}", X=x, Y=y, out_format=out_format)
+    a = np.asarray(alpha, dtype=np.result_type(x.dtype, y.dtype, alpha))
+    return evaluate(f"{_acc('O', n)} = {X} {sign} a * {_acc('Y', n)}", X=x, Y=y, a=a, out_format=out_format)
+
+
+def add(input, other, *, alpha=1, out_format=None):
+    return _add(input, other, alpha, "+", out_format)
+
+
+def sub(input, other, *, alpha=1, out_format=None):
+    return _add(input, other, alpha, "-", out_format)
+
+
+def div(input, other, *, out_format=None):
+    x = _operand(input, "input")
+    n = _idx(x.ndim)
+    fmt = out_format if out_format is not None else _layout(x)
+    if _is_scalar(other):
+        s = np.asarray(other, np.result_type(x.dtype, np.asarray(other).dtype))
+        return evaluate(f"{_acc('O', n)} = {_acc('X', n)} / s", X=x, s=s, out_format=fmt)
+    y = _operand(other, "other")
+    _same_shape(x, y)
+    return evaluate(f"{_acc('O', n)} = stored({_acc('X', n)} / {_acc('Y', n)})", X=x, Y=y, out_format=fmt)
+
+
+def _unary(fn: str):
+    def op(input, *, out_format=None):
+        x = _operand(input, "input")
+        n = _idx(x.ndim)
+        return evaluate(f"{_acc('O', n)} = {fn}({_acc('X', n)})", X=x,
+                        out_format=out_format if out_format is not None else _layout(x))
+    return op
+
+
+def permute(input, dims, *, out_format=None):
+    from ..ops.elementwise import _dims
+    x = _operand(input, "input")
+    dims = _dims(dims if isinstance(dims, (tuple, list)) else (dims,), "permute: dims")
+    r = x.ndim
+    if sorted(d % r if -r <= d < r else -1 for d in dims) != list(range(r)):
+        raise ShapeError(f"dims {tuple(dims)} is not a permutation of {r} dimensions")
+    letters = string.ascii_lowercase[:r]
+    out = "".join(letters[d % r] for d in dims)
+    return einsum(f"{letters}->{out}", x, out_format=out_format if out_format is not None else _layout(x))
+
+
+def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
+    from ..ops.elementwise import _dims
+    x = _operand(input, "input")
+    r = x.ndim
+    dim0, dim1 = _dims((dim0, dim1), "transpose: dim0 and dim1")
+    for d in (dim0, dim1):
+        if not -r <= d < r:
+            raise ShapeError(f"dimension {d} is out of range for a tensor of rank {r}")
+    dims = list(range(r))
+    dims[dim0 % r], dims[dim1 % r] = dims[dim1 % r], dims[dim0 % r]
+    return permute(x, dims, out_format=out_format)
+
+
+def to_dense(input):
+    x = _operand(input, "input")
+    letters = string.ascii_lowercase[:x.ndim]
+    return einsum(f"{letters}->{letters}", x, out_format="dense")
+
+
+# ------------------------------------------------------------------ reductions
+def _plan(x, axis):
+    from ..ops.reductions import _axes, _Plan
+    return _Plan(x.ndim, _axes(axis, x.ndim), x.shape)
+
+
+def _run(text: str, out_format, **operands):
+    return evaluate(text, out_format=out_format, **operands)
+
+
+def _count(plan, x):
+    """The number of stored entries of each reduced row: ``+`` over stored entries (int64)."""
+    return _run(f"{plan.out()} = plus[{plan.red_of()}](pair({plan.x()}, 1))", "dense", X=x)
+
+
+def sum(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):  # noqa: A001
+    from ..ops._args import dim_or_axis
+    from ..ops.reductions import _np_sum_dtype
+    x = _operand(input, "input")
+    plan = _plan(x, dim_or_axis(axis, dim, "sum", None))
+    body, ops = plan.x(), {"X": x}
+    want = _np_sum_dtype(x.dtype)
+    if want != x.dtype:
+        body = f"{body} * one"
+        ops["one"] = np.ones((), want)
+    if not plan.red:
+        return _run(f"{plan.out()} = {body}", out_format, **ops)
+    op = "sum" if implicit_zeros else "plus"
+    return _run(f"{plan.out()} = {op}[{plan.red_of()}]({body})", out_format, **ops)
+
+
+def mean(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
+    from ..ops._args import dim_or_axis
+    x = _operand(input, "input")
+    plan = _plan(x, dim_or_axis(axis, dim, "mean", None))
+    fdt = np.result_type(np.mean(np.zeros(1, x.dtype)))
+    one = np.ones((), fdt)
+    if not plan.red:
+        return _run(f"{plan.out()} = {plan.x()} * one", out_format, X=x, one=one)
+    S = _run(f"{plan.out()} = plus[{plan.red_of()}]({plan.x()} * one)", "dense", X=x, one=one)
+    o = _acc("O", plan.kept)
+    s = _acc("S", plan.kept)
+    if implicit_zeros:
+        return _run(f"{o} = {s} / n", out_format, S=S, n=np.asarray(plan.count, fdt))
+    K = _run(f"{plan.out()} = plus[{plan.red_of()}](second({plan.x()}, one))", "dense", X=x, one=one)
+    return _run(f"{o} = stored({s} / {_acc('K', plan.kept)})", out_format, S=S, K=K)
+
+
+def _monoid(op: str, name: str):
+    def reduce(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=None):
+        from ..ops._args import dim_or_axis
+        from ..ops.reductions import _np_sum_dtype
+        x = _operand(input, "input")
+        plan = _plan(x, dim_or_axis(axis, dim, name, None))
+        if x.dtype.kind == "c" and plan.red:
+            raise SparseccError(f"{name} of complex values: "
+                                f"{'only sum and mean are' if op != 'times' else 'not'} supported")
+        ops = {"X": x}
+        body = plan.x()
+        if op == "times":
+            want = _np_sum_dtype(x.dtype)
+            if want != x.dtype:
+                body = f"{body} * one"
+                ops["one"] = np.ones((), want)
+        if not plan.red:
+            return _run(f"{plan.out()} = {body}", out_format, **ops)
+        if plan.count == 0 and implicit_zeros and op != "times":
+            raise ShapeError(f"zero-size reduction: a{op} of an empty axis has no value (NumPy raises too); "
+                             f"implicit_zeros=False gives the identity")
+        red = f"{plan.out()} = {op}[{plan.red_of()}]({body})"
+        if not implicit_zeros or not _is_sparse(x) or plan.count == 0:
+            return _run(red, out_format, **ops)
+        # NumPy's meaning over split rows: the stored entries' reduction and their count,
+        # each combined across blocks by its own monoid, then the unstored zeros added
+        R = _run(red, "dense", **ops)
+        C = _count(plan, x)
+        r, c, o = _acc("R", plan.kept), _acc("C", plan.kept), _acc("O", plan.kept)
+        n = np.asarray(plan.count, np.int64)
+        if op == "times":
+            return _run(f"{o} = where({c} == n, {r}, {r} * 0)", out_format, R=R, C=C, n=n)
+        return _run(f"{o} = where({c} < n, {op}({r}, zero), {r})", out_format, R=R, C=C, n=n,
+                    zero=np.zeros((), x.dtype))
+    return reduce
+
+
+def _softmax(log: bool):
+    def softmax(input, dim=None, *, axis=None, out_format=None):
+        from ..ops._args import dim_or_axis
+        from ..ops.reductions import _one_axis, _Plan
+        x = _operand(input, "input")
+        d = dim_or_axis(axis, dim, "log_softmax" if log else "softmax")
+        if x.dtype.kind not in "fc":
+            x = x.astype(np.float64)
+        a = _one_axis(d, x.ndim, "dim")
+        plan = _Plan(x.ndim, (a,), x.shape)
+        r = plan.red[0]
+        # each read of X under its own name (a Dask operand is read with one set of indices)
+        top = f"max[{r}a]({plan.x('Xa', suffix='a')})"
+        total = f"plus[{r}b](exp({plan.x('Xb', suffix='b')} - max[{r}c]({plan.x('Xc', suffix='c')})))"
+        body = f"{plan.x()} - {top} - log({total})" if log else f"exp({plan.x()} - {top}) / {total}"
+        # reductions below the root: the plan keeps dimension `a` in one chunk (a rechunk)
+        return _run(f"{_acc('O', plan.all)} = stored({body})", out_format, X=x, Xa=x, Xb=x, Xc=x)
+    return softmax
+
+
+OPS = {
+    "mm": mm, "smm": smm, "hspmm": hspmm, "mv": mv, "bmm": bmm, "addmm": addmm, "sspaddmm": sspaddmm,
+    "sampled_addmm": sampled_addmm,
+    "mul": mul, "add": add, "sub": sub, "div": div,
+    **{f: _unary(f) for f in ("neg", "abs", "sqrt", "sin", "tanh", "log1p", "expm1")},
+    "permute": permute, "transpose": transpose, "to_dense": to_dense,
+    "sum": sum, "mean": mean, "prod": _monoid("times", "prod"), "amax": _monoid("max", "amax"),
+    "amin": _monoid("min", "amin"), "softmax": _softmax(False), "log_softmax": _softmax(True),
+}
