@@ -480,3 +480,32 @@ def test_op_elementwise_and_permutes_over_dask_arrays(client, rng):
     T = random_sparse((4, 5, 6), 0.3, np.float64, rng)
     got = sc.ops.permute(da.from_array(pydata_coo(T), chunks=(2, 5, 3)), (2, 0, 1)).compute()
     np.testing.assert_allclose(dense(got), dense(T).transpose(2, 0, 1))
+
+
+# ------------------------------------------------------------- autotune=True on Dask arrays
+def test_autotune_chooses_formats_on_one_block_then_runs_over_dask(client, rng, monkeypatch):
+    from sparsecc.explore import runner, storage
+    seen = []
+    explore = runner.explore
+
+    def spy(expr, *operands, **kw):             # records what the exploration ran on
+        seen.append([(type(o).__name__, tuple(o.shape)) for o in operands])
+        return explore(expr, *operands, **kw)
+    monkeypatch.setattr(runner, "explore", spy)
+    monkeypatch.setattr(storage, "load_choice", lambda key: None)      # explore, whatever is on disk
+    monkeypatch.setattr(storage, "_memory", {})
+    monkeypatch.setattr(storage, "store_choice", lambda *a, **k: None)
+    A = random_sparse((40, 30), 0.2, np.float64, rng, fmt="csr")
+    x = rng.random(30)
+    dA = da.from_array(A, chunks=(20, 10), asarray=False)
+    k = sc.compile("ij,j->i", ["csr", "csc", "coo"], "dense", autotune=True)   # candidates: a short run
+    y = k(dA, x)
+    assert isinstance(y, da.Array)
+    np.testing.assert_allclose(y.compute(), dense(A) @ x)
+    assert seen == [[("csr_array", (20, 10)), ("ndarray", (10,))]]           # A's first block, x cut to it
+    assert k.tuned_from == "explored" and k.choice[0][0] in ("csr", "csc", "coo") and k.choice[0][1] == "dense"
+    assert k.report.best_formats == k.choice[0]
+    # later calls, in memory or over Dask cut otherwise, run the chosen kernel
+    np.testing.assert_allclose(k(A, x), dense(A) @ x)
+    np.testing.assert_allclose(k(da.from_array(A, chunks=(10, 30), asarray=False), x).compute(), dense(A) @ x)
+    assert len(seen) == 1
