@@ -509,3 +509,50 @@ def test_autotune_chooses_formats_on_one_block_then_runs_over_dask(client, rng, 
     np.testing.assert_allclose(k(A, x), dense(A) @ x)
     np.testing.assert_allclose(k(da.from_array(A, chunks=(10, 30), asarray=False), x).compute(), dense(A) @ x)
     assert len(seen) == 1
+
+
+# ------------------------------------------------------------- a worker with another CPU
+def _pretend_cpu(name):
+    """On a worker: make this process's host CPU read as ``name`` (None: the real one again),
+    as on a machine with another CPU; the target (and so the cache key) is resolved anew."""
+    import llvmlite.binding as llb
+    from sparsecc.runtime import targets
+    real = getattr(llb, "_sparsecc_test_real_cpu", None) or llb.get_host_cpu_name
+    llb._sparsecc_test_real_cpu = real
+    llb.get_host_cpu_name = real if name is None else (lambda: name)
+    targets._cpu_target.cache_clear()
+    return targets.resolve(sc.Options()).param("cpu")
+
+
+def _cache_keys():
+    import glob
+    from sparsecc.runtime import cache
+    return sorted(os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(cache.cache_dir(), "*.json")))
+
+
+def test_a_worker_with_another_cpu_compiles_its_own_kernel(client, rng):
+    """Libraries shipped from the client are built for the client's CPU; a worker whose CPU
+    differs has another cache key, finds nothing under it and compiles the kernel itself."""
+    other, same = sorted(client.scheduler_info()["workers"])
+    real = client.run(_pretend_cpu, None, workers=[other])[other]
+    try:
+        assert client.run(_pretend_cpu, "x86-64-v2", workers=[other])[other] == "x86-64-v2" != real
+        A = random_sparse((30, 24), 0.25, np.float64, rng, fmt="csr")
+        x = rng.random(24)
+        dA = da.from_array(A, chunks=(10, 8), asarray=False)
+        # an expression no other test runs: no worker holds its kernel in memory yet
+        y = sc.evaluate("y[i] = A[i,j] * x[j] * 2", A=dA, x=x)
+        before, keys_before = client.run(_counters), client.run(_cache_keys)
+        got = client.compute(y, workers=[other], allow_other_workers=False).result()
+        after, keys_after = client.run(_counters), client.run(_cache_keys)
+        np.testing.assert_allclose(got, 2 * (dense(A) @ x))
+        assert after[other][2] - before[other][2] >= 1, (before, after)       # it compiled
+        new = set(keys_after[other]) - set(keys_before[other])
+        # the shipped (client-CPU) libraries were installed beside the worker's own, unused
+        assert len(new) >= 2 * (after[other][2] - before[other][2]), new
+        # the same graph on the worker with the client's CPU: the shipped libraries, no compile
+        got = client.compute(y, workers=[same], allow_other_workers=False).result()
+        np.testing.assert_allclose(got, 2 * (dense(A) @ x))
+        assert client.run(_counters)[same][2] == after[same][2]
+    finally:
+        assert client.run(_pretend_cpu, None, workers=[other])[other] == real
