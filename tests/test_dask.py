@@ -556,3 +556,33 @@ def test_a_worker_with_another_cpu_compiles_its_own_kernel(client, rng):
         assert client.run(_counters)[same][2] == after[same][2]
     finally:
         assert client.run(_pretend_cpu, None, workers=[other])[other] == real
+
+
+def test_op_pow_where_and_masks_over_dask_arrays(client, rng):
+    A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    M = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    Ad, Md = dense(A), dense(M) != 0
+    D = rng.random((8, 6)) + 0.5
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)
+    dM = da.from_array(M, chunks=(4, 3), asarray=False)
+    dD = da.from_array(D, chunks=(4, 2))
+    with np.errstate(divide="ignore"):
+        cases = [
+            (sc.ops.pow(dA, 2), Ad ** 2, Ad != 0), (sc.ops.pow(dA, -1.0), Ad ** -1.0, None),
+            (sc.ops.pow(dD, dD), D ** D, None), (sc.ops.where(dM, dA, 0), np.where(Md, Ad, 0), None),
+            (sc.ops.where(dM, dD, 2.0), np.where(Md, D, 2.0), None),
+            (sc.ops.sparse_mask(dD, dM), np.where(Md, D, 0), Md), (sc.ops.sparse_mask(dA, dM), np.where(Md, Ad, 0), Md),
+            (sc.ops.from_dense(dD), D, D != 0),
+        ]
+    for k, (got, want, pattern) in enumerate(cases):
+        assert isinstance(got, da.Array), k
+        got = got.compute()
+        np.testing.assert_allclose(dense(got), want, rtol=1e-12, err_msg=str(k))
+        if pattern is not None:                       # stored entries: exactly the pattern
+            assert sp.issparse(got) and set(zip(*got.nonzero())) <= set(zip(*np.nonzero(pattern))), k
+    T = random_sparse((4, 5, 6), 0.3, np.float64, rng)
+    E = rng.random((4, 5, 6))
+    got = sc.ops.sparse_mask(da.from_array(E, chunks=(2, 5, 3)), da.from_array(pydata_coo(T), chunks=(2, 5, 3)))
+    got = got.compute()
+    assert type(got).__module__.startswith("sparse") and got.nnz == T.nnz
+    np.testing.assert_allclose(dense(got), np.where(dense(T) != 0, E, 0))

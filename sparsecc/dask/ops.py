@@ -152,11 +152,18 @@ def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, out_format="csr"):
 def _pattern_blocks(m, value, dtype):
     """``m``'s pattern with every stored value ``value`` (``elementwise._pattern``: built
     from the indices alone), block by block for a Dask ``m``."""
-    from ..ops.elementwise import _pattern
     if not is_dask(m):
+        from ..ops.elementwise import _pattern
         return _pattern(m, value, dtype)
-    meta = _pattern(m._meta, value, dtype)
-    return m.map_blocks(_pattern, value, dtype, dtype=np.dtype(dtype), meta=meta)
+    return m.map_blocks(_block_pattern, value, dtype, dtype=np.dtype(dtype),
+                        meta=_block_pattern(m._meta, value, dtype))
+
+
+def _block_pattern(block, value, dtype):
+    from ..ops.elementwise import _pattern
+    from . import _chunk_out
+    p = _pattern(block, value, dtype)
+    return _chunk_out(p, p.ndim)        # N-d: a pydata COO chunk, as the plan's results
 
 
 def sampled_addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
@@ -252,6 +259,70 @@ def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
     dims = list(range(r))
     dims[dim0 % r], dims[dim1 % r] = dims[dim1 % r], dims[dim0 % r]
     return permute(x, dims, out_format=out_format)
+
+
+def sparse_mask(input, mask, *, out_format=None):
+    x, m = _operand(input, "input"), _operand(mask, "mask")
+    if not _is_sparse(m):
+        raise OperandError("mask must be a SciPy sparse array")
+    _same_shape(x, m)
+    n = _idx(x.ndim)
+    fmt = out_format if out_format is not None else (_layout(m) or "coo")
+    P = _pattern_blocks(m, 1, x.dtype)
+    if _is_sparse(x):       # intersection, plus zeros on the rest of the mask's pattern
+        Z = _pattern_blocks(m, 0, x.dtype)
+        return evaluate(f"{_acc('O', n)} = {_acc('P', n)} * {_acc('X', n)} + {_acc('Z', n)}", P=P, X=x, Z=Z,
+                        out_format=fmt)
+    return evaluate(f"{_acc('O', n)} = {_acc('P', n)} * {_acc('X', n)}", P=P, X=x, out_format=fmt)
+
+
+def sparse_like(input, like, *, out_format=None):
+    return sparse_mask(input, like, out_format=out_format)
+
+
+def from_dense(input, pattern=None, *, out_format="csr"):
+    if pattern is not None:
+        return sparse_mask(input, pattern, out_format=out_format if out_format != "csr" else None)
+    x = _operand(input, "input")
+    if _is_sparse(x):
+        raise OperandError("from_dense takes a NumPy array")
+    letters = string.ascii_lowercase[:x.ndim]
+    if out_format == "csr" and x.ndim != 2:
+        out_format = "coo"
+    return einsum(f"{letters}->{letters}", x, out_format=out_format)
+
+
+def pow(input, exponent, *, out_format=None):  # noqa: A001
+    x = _operand(input, "input")
+    n = _idx(x.ndim)
+    X, O = _acc("X", n), _acc("O", n)
+    if isinstance(exponent, (numbers.Number, np.generic)) and not isinstance(exponent, complex) \
+            and np.isreal(exponent) and exponent > 0:
+        e = np.asarray(exponent, np.result_type(x.dtype, exponent))
+        return _run(f"{O} = stored(pow({X}, e))", out_format, X=x, e=e)
+    e = _operand(exponent, "exponent")
+    if e.ndim == 0:
+        e = np.asarray(e, np.result_type(x.dtype, e)) if not is_dask(e) else e
+        return _run(f"{O} = pow({X}, e)", out_format, X=x, e=e)
+    _same_shape(x, e)
+    return _run(f"{O} = pow({X}, {_acc('E', n)})", out_format, X=x, E=e)
+
+
+def where(condition, input, other, *, out_format=None):
+    c, x = _operand(condition, "condition"), _operand(input, "input")
+    n = _idx(x.ndim)
+    if tuple(c.shape) != tuple(x.shape):
+        raise ShapeError(f"condition shape {tuple(c.shape)} differs from input shape {tuple(x.shape)}")
+    C, X, O = _acc("C", n), _acc("X", n), _acc("O", n)
+    if isinstance(other, (numbers.Number, np.generic)) and other == 0:
+        return _run(f"{O} = where({C}, {X}, 0)", out_format, C=c, X=x)
+    y = _operand(other, "other")
+    if y.ndim == 0:
+        y = np.asarray(y, np.result_type(x.dtype, y)) if not is_dask(y) else y
+        return _run(f"{O} = where({C}, {X}, y)", out_format, C=c, X=x, y=y)
+    if tuple(y.shape) != tuple(x.shape):
+        raise ShapeError(f"other shape {tuple(y.shape)} differs from input shape {tuple(x.shape)}")
+    return _run(f"{O} = where({C}, {X}, {_acc('Y', n)})", out_format, C=c, X=x, Y=y)
 
 
 def to_dense(input):
@@ -370,7 +441,8 @@ OPS = {
     "sampled_addmm": sampled_addmm,
     "mul": mul, "add": add, "sub": sub, "div": div,
     **{f: _unary(f) for f in ("neg", "abs", "sqrt", "sin", "tanh", "log1p", "expm1")},
-    "permute": permute, "transpose": transpose, "to_dense": to_dense,
+    "permute": permute, "transpose": transpose, "to_dense": to_dense, "from_dense": from_dense,
+    "sparse_mask": sparse_mask, "sparse_like": sparse_like, "pow": pow, "where": where,
     "sum": sum, "mean": mean, "prod": _monoid("times", "prod"), "amax": _monoid("max", "amax"),
     "amin": _monoid("min", "amin"), "softmax": _softmax(False), "log_softmax": _softmax(True),
 }
