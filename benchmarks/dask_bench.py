@@ -80,10 +80,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--no-stealing", action="store_true",
+                   help="turn the scheduler's work stealing off (it may move operand blocks to idle workers)")
     args = p.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", message="Sending large graph")      # the operands, once, at setup
     warnings.filterwarnings("ignore", message="Port .* is already in use")
+    if args.no_stealing:
+        import dask
+        dask.config.set({"distributed.scheduler.work-stealing": False})
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     cases = _cases(args.scale, rng)
@@ -128,7 +133,8 @@ def main(argv=None):
             c.close()
     load = os.getloadavg()[0]
     print(f"# {os.cpu_count()} cores, load average {load:.2f}; scale {args.scale}, best | median of "
-          f"{args.repeat} interleaved runs; wall {time.perf_counter() - t0:.0f} s")
+          f"{args.repeat} interleaved runs{', no work stealing' if args.no_stealing else ''}; "
+          f"wall {time.perf_counter() - t0:.0f} s")
     print(f"{'case':7} {'in-memory':>17} {'1 worker':>17} {'2 workers':>17} {'1w/mem':>7} {'2w/1w':>6} "
           f"{'moved 1w':>9} {'moved 2w':>9} {'result':>8}  operands")
     for name, _, _, _, note in cases:
