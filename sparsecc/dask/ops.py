@@ -138,7 +138,9 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
         return evaluate("O[i,j] = alpha * A[i,k] * B[k,j]", A=A, B=B, alpha=a, out_format=out_format)
     # the product first (its split k combined by +), then the sum: one kernel each
     P = einsum("ik,kj->ij", A, B)
-    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=out_format)
+    fmt = _in_memory_format("O[i,j] = beta * C[i,j] + alpha * A[i,k] * B[k,j]", out_format, (C.shape[0], C.shape[1]),
+                            [n for n, v in (("C", C), ("A", A), ("B", B)) if _is_sparse(v)])
+    return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a, out_format=fmt)
 
 
 def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, out_format="csr"):
@@ -341,6 +343,17 @@ def _run(text: str, out_format, **operands):
     return evaluate(text, out_format=out_format, **operands)
 
 
+def _in_memory_format(text: str, out_format, shape, sparse: list[str]):
+    """``out_format``, else the result format the in-memory op's one kernel ``text`` gives
+    when the operands named in ``sparse`` are sparse (the pattern rules), so that a chain of
+    kernels over Dask arrays returns what the op returns in memory."""
+    if out_format is not None:
+        return out_format
+    from ..api import _kernel
+    f = _kernel(text, (), {}, None).result_format(sparse, tuple(shape))
+    return "dense" if f is None else f
+
+
 def _count(plan, x):
     """The number of stored entries of each reduced row: ``+`` over stored entries (int64)."""
     return _run(f"{plan.out()} = plus[{plan.red_of()}](pair({plan.x()}, 1))", "dense", X=x)
@@ -373,10 +386,16 @@ def mean(input, axis=None, *, dim=None, implicit_zeros: bool = True, out_format=
     S = _run(f"{plan.out()} = plus[{plan.red_of()}]({plan.x()} * one)", "dense", X=x, one=one)
     o = _acc("O", plan.kept)
     s = _acc("S", plan.kept)
+    shape = [x.shape[k] for k, n in enumerate(plan.all) if n in plan.kept]
+    sparse = ["X"] if _is_sparse(x) else []
     if implicit_zeros:
-        return _run(f"{o} = {s} / n", out_format, S=S, n=np.asarray(plan.count, fdt))
+        fmt = _in_memory_format(f"{plan.out()} = sum[{plan.red_of()}]({plan.x()} * one) / n", out_format,
+                                shape, sparse)
+        return _run(f"{o} = {s} / n", fmt, S=S, n=np.asarray(plan.count, fdt))
+    fmt = _in_memory_format(f"{plan.out()} = stored(plus[{plan.red_of()}]({plan.x()} * one) / "
+                            f"plus[{plan.red_of('c')}](second({plan.x(suffix='c')}, one)))", out_format, shape, sparse)
     K = _run(f"{plan.out()} = plus[{plan.red_of()}](second({plan.x()}, one))", "dense", X=x, one=one)
-    return _run(f"{o} = stored({s} / {_acc('K', plan.kept)})", out_format, S=S, K=K)
+    return _run(f"{o} = stored({s} / {_acc('K', plan.kept)})", fmt, S=S, K=K)
 
 
 def _monoid(op: str, name: str):
@@ -409,9 +428,16 @@ def _monoid(op: str, name: str):
         C = _count(plan, x)
         r, c, o = _acc("R", plan.kept), _acc("C", plan.kept), _acc("O", plan.kept)
         n = np.asarray(plan.count, np.int64)
+        shape = [x.shape[k] for k, m in enumerate(plan.all) if m in plan.kept]
+        stored_red = f"{op}[{plan.red_of()}]({body})"
+        count = f"plus[{plan.red_of('c')}](pair({plan.x(suffix='c')}, 1))"
         if op == "times":
-            return _run(f"{o} = where({c} == n, {r}, {r} * 0)", out_format, R=R, C=C, n=n)
-        return _run(f"{o} = where({c} < n, {op}({r}, zero), {r})", out_format, R=R, C=C, n=n,
+            fmt = _in_memory_format(f"{plan.out()} = where({count} == n, {stored_red}, {stored_red} * 0)",
+                                    out_format, shape, ["X"])
+            return _run(f"{o} = where({c} == n, {r}, {r} * 0)", fmt, R=R, C=C, n=n)
+        fmt = _in_memory_format(f"{plan.out()} = where({count} < n, {op}({stored_red}, zero), {stored_red})",
+                                out_format, shape, ["X"])
+        return _run(f"{o} = where({c} < n, {op}({r}, zero), {r})", fmt, R=R, C=C, n=n,
                     zero=np.zeros((), x.dtype))
     return reduce
 
