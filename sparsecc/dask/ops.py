@@ -34,15 +34,6 @@ from ..runtime.operands import as_operand
 from . import _chunk_kind, is_dask
 
 
-def _has_dask(values) -> bool:
-    for v in values:
-        if is_dask(v):
-            return True
-        if isinstance(v, (list, tuple)) and any(is_dask(w) for w in v):
-            return True
-    return False
-
-
 def dispatch(name: str, args: tuple, kwargs: dict):
     """``sc.ops.<name>(*args, **kwargs)`` with a Dask operand: a lazy Dask array."""
     f = OPS.get(name)
