@@ -305,6 +305,9 @@ def test_unknown_chunk_sizes_are_refused_before_any_task():
         sc.einsum("i,i->", y, y)
     with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
         sc.compile("i,i->")(y, y)
+    for op in (lambda: sc.ops.sum(y), lambda: sc.ops.amax(y, 0), lambda: sc.ops.mul(y, 2.0)):
+        with pytest.raises(sc.OperandError, match="input has unknown chunk sizes"):
+            op()
 
 
 def test_op_library_and_broadcasting_take_pydata_operands(rng):

@@ -49,6 +49,8 @@ def dispatch(name: str, args: tuple, kwargs: dict):
 # ------------------------------------------------------------------ operands
 def _operand(x, what: str):
     if is_dask(x):
+        if any(isinstance(c, float) and np.isnan(c) for cc in x.chunks for c in cc):
+            raise OperandError(f"{what} has unknown chunk sizes; call .compute_chunk_sizes() first")
         _chunk_kind(x, what)        # an unknown chunk type: an OperandError before any task
         return x
     return as_operand(x, what)
