@@ -244,10 +244,13 @@ def test_size_one_broadcast_of_a_dask_operand(client, rng):
     np.testing.assert_allclose(dense(got.compute()), dense(A) * b)
 
 
-def test_op_library_refuses_dask_arrays_instead_of_computing_them():
+@pytest.mark.parametrize("call", [lambda d: sc.ops.getitem(d, (slice(0, 2),)), lambda d: sc.ops.cat([d, d], 0),
+                                  lambda d: sc.ops.reshape(d, (3, 4)), lambda d: sc.ops.argmax(d, 0)],
+                         ids=["getitem", "cat", "reshape", "argmax"])
+def test_op_library_refuses_ops_needing_global_coordinates(call):
     dA = da.from_array(np.ones((4, 3)), chunks=2)
-    with pytest.raises(sc.OperandError, match="Dask array.*compute"):
-        sc.ops.sum(dA, 0)
+    with pytest.raises(sc.OperandError, match=r"sc\.ops\.\w+ does not take Dask arrays.*[Cc]ompute"):
+        call(dA)
 
 
 def test_int_lor_land_and_non_neutral_identity(client, rng):
@@ -302,6 +305,9 @@ def test_unknown_chunk_sizes_are_refused_before_any_task():
         sc.einsum("i,i->", y, y)
     with pytest.raises(sc.OperandError, match="unknown chunk sizes"):
         sc.compile("i,i->")(y, y)
+    for op in (lambda: sc.ops.sum(y), lambda: sc.ops.amax(y, 0), lambda: sc.ops.mul(y, 2.0)):
+        with pytest.raises(sc.OperandError, match="input has unknown chunk sizes"):
+            op()
 
 
 def test_op_library_and_broadcasting_take_pydata_operands(rng):
@@ -342,3 +348,254 @@ def test_scalar_and_list_operands_beside_dask_ones(client, rng):
     np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i] + b[i]", a=2.5, x=dx, b=list(range(9))).compute(),
                                2.5 * x + np.arange(9))
     np.testing.assert_allclose(sc.evaluate("y[i] = a * x[i]", a=np.float64(3.0), x=dx).compute(), 3 * x)
+
+
+# ------------------------------------------------------------- the op library on Dask arrays
+def _stored_oracle(op, Ad, mask, axis):
+    """Reductions over stored entries only, written out on the dense copy and its mask."""
+    fill = {"sum": 0, "prod": 1, "amax": -np.inf, "amin": np.inf}
+    if op == "mean":
+        return np.where(mask, Ad, 0).sum(axis) / mask.sum(axis)
+    f = {"sum": np.sum, "prod": np.prod, "amax": np.max, "amin": np.min}[op]
+    return f(np.where(mask, Ad, fill[op]), axis=axis)
+
+
+def _chunked(kind, A, chunks):
+    if kind == "scipy":
+        return da.from_array(A, chunks=chunks, asarray=False)
+    return da.from_array(A.toarray(), chunks=chunks)
+
+
+@pytest.mark.parametrize("kind,case", [("scipy", "random"), ("numpy", "random"),
+                                       ("scipy", "empty"), ("scipy", "single")])
+@pytest.mark.parametrize("implicit_zeros", [True, False])
+def test_op_reductions_split_along_the_reduced_index(client, kind, case, implicit_zeros, rng):
+    if case == "random":
+        A = random_sparse((9, 14), 0.3, np.float64, rng, fmt="csr")
+    elif case == "empty":
+        A = sp.csr_array((9, 14))
+    else:
+        A = sp.csr_array((np.array([-2.5]), (np.array([4]), np.array([11]))), shape=(9, 14))
+    Ad, mask = dense(A), dense(A) != 0
+    if kind == "numpy":
+        mask = np.ones_like(mask)            # a dense operand stores every entry
+    dA = _chunked(kind, A, (5, 4))           # the reduced axis 1 in 4 chunks: partials combined
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for op in ("sum", "amax", "amin", "prod", "mean"):
+            for axis in ((1, None) if case == "random" else (1,)):
+                got = getattr(sc.ops, op)(dA, axis, implicit_zeros=implicit_zeros)
+                assert isinstance(got, da.Array), op
+                if implicit_zeros:
+                    want = {"sum": np.sum, "amax": np.max, "amin": np.min, "prod": np.prod,
+                            "mean": np.mean}[op](Ad, axis=axis)
+                else:
+                    want = _stored_oracle(op, Ad, mask, axis)
+                np.testing.assert_allclose(got.compute(), want, rtol=1e-12, err_msg=f"{op} axis={axis}")
+
+
+def test_op_reductions_integers_and_3d_pydata(client, rng):
+    A = sp.csr_array(rng.integers(-3, 4, (8, 10)) * (rng.random((8, 10)) < 0.4))
+    dA = da.from_array(A, chunks=(3, 3), asarray=False)
+    Ad = A.toarray()
+    for op, f in (("sum", np.sum), ("amax", np.max), ("amin", np.min), ("prod", np.prod)):
+        got = getattr(sc.ops, op)(dA, 0).compute()
+        assert got.dtype == f(Ad, axis=0).dtype, op
+        np.testing.assert_array_equal(got, f(Ad, axis=0))
+    T = random_sparse((6, 5, 8), 0.3, np.float64, rng)
+    dT = da.from_array(pydata_coo(T), chunks=(3, 5, 3))
+    np.testing.assert_allclose(sc.ops.amax(dT, (0, 2)).compute(), dense(T).max((0, 2)))
+    np.testing.assert_allclose(dense(sc.ops.mean(dT, 2).compute()), dense(T).mean(2))   # CSR, as in memory
+    for op in ("prod", "mean"):     # a chain of kernels over Dask arrays returns what the op returns in memory
+        assert type(getattr(sc.ops, op)(dT, 2).compute()) is type(getattr(sc.ops, op)(T, 2)), op
+    # stored entries only, pydata chunks (3-d: the pydata kernels test_mttkrp's workers compiled)
+    Td, mask = dense(T), dense(T) != 0
+    with np.errstate(invalid="ignore"):
+        for op in ("amin", "prod", "mean"):
+            got = getattr(sc.ops, op)(dT, 2, implicit_zeros=False).compute()
+            want, some = _stored_oracle(op, Td, mask, 2), mask.any(2)
+            if sp.issparse(got):        # as in memory: a sparse result stores the rows that store something
+                assert set(zip(*got.nonzero())) <= set(zip(*np.nonzero(some))), op
+                got = np.where(some, dense(got), want)
+            np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=op)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_op_softmax_along_a_split_dimension_is_rechunked(client, log, dim, rng):
+    A = random_sparse((7, 9), 0.35, np.float64, rng, fmt="csr")
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)      # dim split either way
+    got = (sc.ops.log_softmax if log else sc.ops.softmax)(dA, dim)
+    assert got.chunks == dA.chunks                            # the other dimension stays split
+    got = got.compute()
+    Ad, mask = dense(A), dense(A) != 0
+    want = np.zeros_like(Ad)
+    for k in range(Ad.shape[1 - dim]):                        # written out over stored entries
+        row = (slice(None), k) if dim == 0 else (k, slice(None))
+        v, m = Ad[row], mask[row]
+        if m.any():
+            e = np.exp(v[m] - v[m].max())
+            out = np.zeros_like(v)
+            out[m] = np.log(e / e.sum()) if log else e / e.sum()
+            want[row] = out
+    assert sp.issparse(got)
+    assert set(zip(*got.nonzero())) <= set(zip(*np.nonzero(mask)))
+    np.testing.assert_allclose(dense(got), want, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_op_linalg_over_dask_arrays(client, dtype, rng):
+    A = random_sparse((10, 12), 0.3, dtype, rng, fmt="csr")
+    B = random_dense((12, 5), dtype, rng)
+    C = random_dense((10, 5), dtype, rng)
+    x = random_dense(12, dtype, rng)
+    Ad = dense(A)
+    dA = da.from_array(A, chunks=(5, 4), asarray=False)      # k split in 3: partials combined by +
+    dB = da.from_array(B, chunks=(4, 3))
+    tol = dict(rtol=1e-5 if dtype == np.float32 else 1e-12)
+    got = sc.ops.mm(dA, dB)
+    assert isinstance(got, da.Array)
+    np.testing.assert_allclose(got.compute(), Ad @ B, **tol)
+    np.testing.assert_allclose(sc.ops.mv(dA, x).compute(), Ad @ x, **tol)
+    np.testing.assert_allclose(sc.ops.addmm(C, dA, dB, beta=0.5, alpha=2).compute(), 0.5 * C + 2 * (Ad @ B), **tol)
+    np.testing.assert_allclose(sc.ops.addmm(C, dA, B, beta=0, alpha=3).compute(), 3 * (Ad @ B), **tol)
+    S = sp.csr_array(random_sparse((10, 5), 0.3, dtype, rng, fmt="csr"))
+    dS = da.from_array(S, chunks=(5, 5), asarray=False)
+    M = random_dense((10, 12), dtype, rng)
+    got = sc.ops.sampled_addmm(dS, da.from_array(M, chunks=(5, 4)), dB, beta=0.5, alpha=2).compute()
+    mask = dense(S) != 0
+    assert sp.issparse(got) and set(zip(*got.nonzero())) <= set(zip(*np.nonzero(mask)))
+    np.testing.assert_allclose(dense(got), np.where(mask, 0.5 * dense(S) + 2 * (M @ B), 0), **tol)
+    P = random_sparse((12, 6), 0.3, dtype, rng, fmt="csr")
+    got = sc.ops.mm(dA, da.from_array(P, chunks=(4, 3), asarray=False)).compute()
+    assert sp.issparse(got)
+    np.testing.assert_allclose(dense(got), Ad @ dense(P), **tol)
+
+
+def test_op_elementwise_and_permutes_over_dask_arrays(client, rng):
+    A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    B = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    Ad, Bd = dense(A), dense(B)
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)
+    dB = da.from_array(B, chunks=(4, 2), asarray=False)      # cut differently: rechunked to dA's
+    D = rng.random((8, 6)) + 0.5
+    cases = [
+        (sc.ops.mul(dA, 2.5), 2.5 * Ad), (sc.ops.mul(dA, dB), Ad * Bd), (sc.ops.mul(dA, D), Ad * D),
+        (sc.ops.add(dA, dB, alpha=2), Ad + 2 * Bd), (sc.ops.sub(dA, dB), Ad - Bd), (sc.ops.add(dA, 1.5), Ad + 1.5),
+        (sc.ops.div(dA, 4), Ad / 4), (sc.ops.div(dA, D), Ad / D),
+        (sc.ops.neg(dA), -Ad), (sc.ops.abs(sc.ops.neg(dA)), np.abs(Ad)), (sc.ops.sqrt(dA), np.sqrt(Ad)),
+        (sc.ops.sin(dA), np.sin(Ad)), (sc.ops.tanh(dA), np.tanh(Ad)), (sc.ops.log1p(dA), np.log1p(Ad)),
+        (sc.ops.expm1(dA), np.expm1(Ad)), (sc.ops.transpose(dA), Ad.T),
+    ]
+    for k, (got, want) in enumerate(cases):
+        assert isinstance(got, da.Array), k
+        np.testing.assert_allclose(dense(got.compute()), want, rtol=1e-12, err_msg=str(k))
+    assert sc.ops.mul(dA, 2.5).compute().format == "csr"     # the operand's layout, as in memory
+    T = random_sparse((4, 5, 6), 0.3, np.float64, rng)
+    got = sc.ops.permute(da.from_array(pydata_coo(T), chunks=(2, 5, 3)), (2, 0, 1)).compute()
+    np.testing.assert_allclose(dense(got), dense(T).transpose(2, 0, 1))
+
+
+# ------------------------------------------------------------- autotune=True on Dask arrays
+def test_autotune_chooses_formats_on_one_block_then_runs_over_dask(client, rng, monkeypatch):
+    from sparsecc.explore import runner, storage
+    seen = []
+    explore = runner.explore
+
+    def spy(expr, *operands, **kw):             # records what the exploration ran on
+        seen.append([(type(o).__name__, tuple(o.shape)) for o in operands])
+        return explore(expr, *operands, **kw)
+    monkeypatch.setattr(runner, "explore", spy)
+    monkeypatch.setattr(storage, "load_choice", lambda key: None)      # explore, whatever is on disk
+    monkeypatch.setattr(storage, "_memory", {})
+    monkeypatch.setattr(storage, "store_choice", lambda *a, **k: None)
+    A = random_sparse((40, 30), 0.2, np.float64, rng, fmt="csr")
+    x = rng.random(30)
+    dA = da.from_array(A, chunks=(20, 10), asarray=False)
+    k = sc.compile("ij,j->i", ["csr", "csc", "coo"], "dense", autotune=True)   # candidates: a short run
+    y = k(dA, x)
+    assert isinstance(y, da.Array)
+    np.testing.assert_allclose(y.compute(), dense(A) @ x)
+    assert seen == [[("csr_array", (20, 10)), ("ndarray", (10,))]]           # A's first block, x cut to it
+    assert k.tuned_from == "explored" and k.choice[0][0] in ("csr", "csc", "coo") and k.choice[0][1] == "dense"
+    assert k.report.best_formats == k.choice[0]
+    # later calls, in memory or over Dask cut otherwise, run the chosen kernel
+    np.testing.assert_allclose(k(A, x), dense(A) @ x)
+    np.testing.assert_allclose(k(da.from_array(A, chunks=(10, 30), asarray=False), x).compute(), dense(A) @ x)
+    assert len(seen) == 1
+
+
+# ------------------------------------------------------------- a worker with another CPU
+def _pretend_cpu(name):
+    """On a worker: make this process's host CPU read as ``name`` (None: the real one again),
+    as on a machine with another CPU; the target (and so the cache key) is resolved anew."""
+    import llvmlite.binding as llb
+    from sparsecc.runtime import targets
+    real = getattr(llb, "_sparsecc_test_real_cpu", None) or llb.get_host_cpu_name
+    llb._sparsecc_test_real_cpu = real
+    llb.get_host_cpu_name = real if name is None else (lambda: name)
+    targets._cpu_target.cache_clear()
+    return targets.resolve(sc.Options()).param("cpu")
+
+
+def _cache_keys():
+    import glob
+    from sparsecc.runtime import cache
+    return sorted(os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(cache.cache_dir(), "*.json")))
+
+
+def test_a_worker_with_another_cpu_compiles_its_own_kernel(client, rng):
+    """Libraries shipped from the client are built for the client's CPU; a worker whose CPU
+    differs has another cache key, finds nothing under it and compiles the kernel itself."""
+    other, same = sorted(client.scheduler_info()["workers"])
+    real = client.run(_pretend_cpu, None, workers=[other])[other]
+    try:
+        assert client.run(_pretend_cpu, "x86-64-v2", workers=[other])[other] == "x86-64-v2" != real
+        A = random_sparse((30, 24), 0.25, np.float64, rng, fmt="csr")
+        x = rng.random(24)
+        dA = da.from_array(A, chunks=(10, 8), asarray=False)
+        # an expression no other test runs: no worker holds its kernel in memory yet
+        y = sc.evaluate("y[i] = A[i,j] * x[j] * 2", A=dA, x=x)
+        before, keys_before = client.run(_counters), client.run(_cache_keys)
+        got = client.compute(y, workers=[other], allow_other_workers=False).result()
+        after, keys_after = client.run(_counters), client.run(_cache_keys)
+        np.testing.assert_allclose(got, 2 * (dense(A) @ x))
+        assert after[other][2] - before[other][2] >= 1, (before, after)       # it compiled
+        new = set(keys_after[other]) - set(keys_before[other])
+        # the shipped (client-CPU) libraries were installed beside the worker's own, unused
+        assert len(new) >= 2 * (after[other][2] - before[other][2]), new
+        # the same graph on the worker with the client's CPU: the shipped libraries, no compile
+        got = client.compute(y, workers=[same], allow_other_workers=False).result()
+        np.testing.assert_allclose(got, 2 * (dense(A) @ x))
+        assert client.run(_counters)[same][2] == after[same][2]
+    finally:
+        assert client.run(_pretend_cpu, None, workers=[other])[other] == real
+
+
+def test_op_pow_where_and_masks_over_dask_arrays(client, rng):
+    A = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    M = random_sparse((8, 6), 0.4, np.float64, rng, fmt="csr")
+    Ad, Md = dense(A), dense(M) != 0
+    D = rng.random((8, 6)) + 0.5
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)
+    dM = da.from_array(M, chunks=(4, 3), asarray=False)
+    dD = da.from_array(D, chunks=(4, 2))
+    with np.errstate(divide="ignore"):
+        cases = [
+            (sc.ops.pow(dA, 2), Ad ** 2, Ad != 0), (sc.ops.pow(dA, -1.0), Ad ** -1.0, None),
+            (sc.ops.pow(dD, dD), D ** D, None), (sc.ops.where(dM, dA, 0), np.where(Md, Ad, 0), None),
+            (sc.ops.where(dM, dD, 2.0), np.where(Md, D, 2.0), None),
+            (sc.ops.sparse_mask(dD, dM), np.where(Md, D, 0), Md), (sc.ops.sparse_mask(dA, dM), np.where(Md, Ad, 0), Md),
+            (sc.ops.from_dense(dD), D, D != 0),
+        ]
+    for k, (got, want, pattern) in enumerate(cases):
+        assert isinstance(got, da.Array), k
+        got = got.compute()
+        np.testing.assert_allclose(dense(got), want, rtol=1e-12, err_msg=str(k))
+        if pattern is not None:                       # stored entries: exactly the pattern
+            assert sp.issparse(got) and set(zip(*got.nonzero())) <= set(zip(*np.nonzero(pattern))), k
+    T = random_sparse((4, 5, 6), 0.3, np.float64, rng)
+    E = rng.random((4, 5, 6))
+    got = sc.ops.sparse_mask(da.from_array(E, chunks=(2, 5, 3)), da.from_array(pydata_coo(T), chunks=(2, 5, 3)))
+    got = got.compute()
+    assert type(got).__module__.startswith("sparse") and got.nnz == T.nnz
+    np.testing.assert_allclose(dense(got), np.where(dense(T) != 0, E, 0))

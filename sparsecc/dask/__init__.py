@@ -21,6 +21,8 @@ CPU and ships their libraries as one graph key (:class:`_Libraries`), which each
 installs in its own disk cache; a worker with another CPU has another cache key, finds
 nothing and compiles once itself.
 ``dask`` is imported only here, and this module only when a Dask array is passed.
+``ops.py``: the op library (``sc.ops``) over Dask arrays, as kernels planned here;
+``tune.py``: ``autotune=True`` kernels called with Dask arrays (tuned on one block).
 """
 
 from __future__ import annotations

@@ -68,6 +68,9 @@ class AutotunedKernel:
             if self._chosen is not None:
                 return self._chosen
             values = self._base.bind(*args, **kwargs)
+            if any(type(v).__module__.startswith("dask.") for v in values):
+                from ..dask.tune import representative_blocks     # Dask operands: tuned on one block
+                values = representative_blocks(self.stmt, values)
             names = self.stmt.operands
             stmt_values, _ = runner._validated(self.stmt, names, values)
             fixed = {k: v for k, v in self._given.items() if not isinstance(v, (list, tuple))}
@@ -111,6 +114,9 @@ class AutotunedKernel:
         if k is None:
             k = self._tune(args, kwargs)
         try:
+            if self.choice is not None and any(_is_block(s) for s in self.choice[0]) and \
+                    any(type(v).__module__.startswith("dask.") for v in (*args, *kwargs.values())):
+                raise ShapeError("a block format over Dask chunks of any size: run as CSR")
             return k(*args, **kwargs)
         except ShapeError:
             # a chosen BSR block size that does not divide a later operand's shape: run that
