@@ -133,6 +133,25 @@ def test_sspaddmm_sparse_union():
     assert stored(got) == set(zip(*np.nonzero(want)))
 
 
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_addmm_of_sparse_operands_stores_the_union_only(fmt, seed):
+    """With sparse input, mat1 and mat2 the documented pattern is the union of input's and
+    the product's: the one fused statement (recompiled split by MLIR 22) stored every entry
+    (30 of 30 where the union has 17).  Stored zeros are entries of the pattern."""
+    C = rand_sparse((6, 5), 0.3, fmt, "float64", 20 + seed)
+    A = rand_sparse((6, 4), 0.3, fmt, "float64", 40 + seed)
+    B = rand_sparse((4, 5), 0.3, fmt, "float64", 60 + seed)
+    got = ops.addmm(C, A, B, beta=0.5, alpha=2.0)
+    assert sp.issparse(got)
+    close(got, 0.5 * dense(C) + 2.0 * (dense(A) @ dense(B)))
+    product = (_stored_mask(A).astype(int) @ _stored_mask(B).astype(int)) != 0     # stored zeros count
+    assert stored(got) == set(zip(*np.nonzero(_stored_mask(C) | product)))
+    got = ops.addmm(sp.csr_array((6, 5)), A, B)
+    assert stored(got) == set(zip(*np.nonzero(product)))
+
+
 @pytest.mark.parametrize("second", ["dense", "sparse"])
 def test_bmm(second):
     rng = np.random.default_rng(14)

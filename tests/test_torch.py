@@ -633,3 +633,30 @@ def test_coo_coordinates_out_of_range_are_an_operand_error(coords):
     with pytest.raises(sc.SparseccError):
         torch.ops.sparsecc.einsum_sparse("ij,jk->ik", "coo", [torch.tensor(coords)], torch.ones(2, dtype=torch.float64),
                                          [2, 3], [torch.ones(3, 2, dtype=torch.float64)])
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_ops_addmm_of_sparse_tensors_stores_the_union_with_gradients(layout):
+    """sct.ops.addmm of three sparse tensors stored every entry (the fused statement ran
+    split); now the product then the union, and gradients still match dense autograd masked."""
+    torch.manual_seed(3)
+    dense_ = []
+    for m, n in ((6, 5), (6, 4), (4, 5)):
+        D = torch.randn(m, n, dtype=torch.float64)
+        D[D.abs() < 1] = 0
+        dense_.append(D)
+    conv = (lambda D: D.to_sparse_csr()) if layout == "csr" else (lambda D: D.to_sparse().coalesce())
+    C, A, B = (conv(D).requires_grad_(True) for D in dense_)
+    O = sct.ops.addmm(C, A, B, beta=0.5, alpha=2.0)
+    Cd, Ad, Bd = dense_
+    union = (Cd != 0) | ((Ad != 0).double() @ (Bd != 0).double() != 0)
+    assert O.layout != torch.strided
+    assert (O.to_dense() != 0).sum() <= int(union.sum())
+    kept = O.to_sparse_coo().coalesce()._indices()
+    assert kept.shape[1] == int(union.sum()) and bool(union[kept[0], kept[1]].all())
+    W = torch.randn(6, 5, dtype=torch.float64)
+    grads = torch.autograd.grad((O.to_dense() * W).sum(), (C, A, B))
+    xs = [D.clone().requires_grad_(True) for D in dense_]
+    want = torch.autograd.grad(((0.5 * xs[0] + 2 * xs[1] @ xs[2]) * W).sum(), xs)
+    for g, w, D in zip(grads, want, dense_):
+        assert torch.allclose(g.to_dense(), w * (D != 0))

@@ -60,7 +60,7 @@ def mv(mat, vec):
 
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
     """``torch.addmm`` / ``torch.sparse.addmm``: ``beta * input + alpha * (mat1 @ mat2)``,
-    one kernel.  With ``beta == 0``, ``input`` is ignored (NaN/inf in it do not propagate),
+    one kernel (two when all three are sparse: the product, then the sum).  With ``beta == 0``, ``input`` is ignored (NaN/inf in it do not propagate),
     as in torch.  Pattern: the union of ``input``'s and the product's; dense when any part
     is dense in some dimension.
 
@@ -85,6 +85,12 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
         raise ShapeError(f"input has shape {tuple(C.shape)} but mat1 @ mat2 has {(A.shape[0], B.shape[1])}")
     if beta == 0:
         return evaluate("O[i,j] = alpha * A[i,k] * B[k,j]", A=A, B=B, alpha=a, out_format=out_format)
+    if all(sp.issparse(x) for x in (C, A, B)) and out_format not in ("dense", "Dense"):
+        # a sparse result: fused, the statement is recompiled split by MLIR 22 and stores every
+        # entry of its dense temporary; the product as CSR, then the union is exact
+        P = einsum("ik,kj->ij", A, B, out_format="csr")
+        return evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=C, P=P, beta=b, alpha=a,
+                        out_format=out_format)
     return evaluate("O[i,j] = beta * C[i,j] + alpha * A[i,k] * B[k,j]", C=C, A=A, B=B, beta=b, alpha=a,
                     out_format=out_format)
 

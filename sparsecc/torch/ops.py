@@ -89,6 +89,11 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, out_format=None):
     b, a = _scalar(beta, input, mat1, mat2), _scalar(alpha, input, mat1, mat2)
     if not isinstance(beta, torch.Tensor) and beta == 0:
         return _T().evaluate("O[i,j] = alpha * A[i,k] * B[k,j]", A=mat1, B=mat2, alpha=a, out_format=out_format)
+    if all(t.layout != torch.strided for t in (input, mat1, mat2)) and out_format not in ("dense", "Dense"):
+        # a sparse result: the product as CSR, then the exact union (as sc.ops.addmm)
+        P = _T().einsum("ik,kj->ij", mat1, mat2, out_format="csr")
+        return _T().evaluate("O[i,j] = beta * C[i,j] + alpha * P[i,j]", C=input, P=P, beta=b, alpha=a,
+                             out_format=out_format)
     return _T().evaluate("O[i,j] = beta * C[i,j] + alpha * A[i,k] * B[k,j]", C=input, A=mat1, B=mat2, beta=b,
                          alpha=a, out_format=out_format)
 
