@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import sparsecc as sc
 from conftest import assert_matches, random_sparse
 from sparsecc.options import PARALLEL
+from sparsecc.passes.guards import ROWS as GUARD_ROWS
 from sparsecc.passes.rewrites import CHUNK
 from sparsecc.runtime import threads
 
@@ -83,7 +84,9 @@ def test_rows_are_split_between_threads():
     k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
     k(A, x)
     ir = k.ir("llvm")
-    assert "@__kmpc_dispatch_init_8u(" in ir and f"i64 {CHUNK})" in ir, "not schedule(dynamic, CHUNK)"
+    # the row loop is strip-mined into checked blocks of guards.ROWS rows (passes/guards.py):
+    # a chunk of CHUNK // ROWS blocks is still CHUNK rows
+    assert "@__kmpc_dispatch_init_8u(" in ir and f"i64 {CHUNK // GUARD_ROWS})" in ir, "not schedule(dynamic, CHUNK)"
     assert -(-A.shape[0] // CHUNK) >= 3
 
 

@@ -441,5 +441,8 @@ def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
         keep += [describe_array(b) for b in s.buffers]
         keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
     argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-    if mod.entry(argv):
+    rc = mod.entry(argv)
+    if rc == 2:
+        raise OperandError(f"sparsecc: an operand of {what} holds an index out of range")
+    if rc:
         raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)")
