@@ -237,3 +237,32 @@ def test_unguarded_kernels_keep_the_numpy_range_check(range_checks):
     # check=False checks nothing, the kernel is the same
     sc.compile("ij,j->i", check=False)(A, np.ones(1500))
     assert range_checks == []
+
+
+# ------------------------------------------------------------ blocks of equal rows + entries
+def test_blocks_by_stored_entries_are_bit_identical_across_threads():
+    """Rows are dealt to threads in blocks of about guards.COST rows + entries (R-MAT's long
+    rows included, one longer than a block): each row still sums in one thread, in order."""
+    from sparsecc.bench.generators import rmat
+    from sparsecc.passes.guards import COST
+    rng = np.random.default_rng(6)
+    A = rmat(15, 8, rng)
+    n = A.shape[1]
+    assert n > 3 * COST
+    long_row = sp.csr_array((np.ones(3 * COST), (np.zeros(3 * COST, np.int64), np.arange(3 * COST))),
+                            shape=(1, n))
+    A = sp.vstack([A, long_row, A], format="csr")
+    x = rng.random(A.shape[1])
+    X = rng.random((A.shape[1], 3))
+    old = sc.get_num_threads()
+    try:
+        got = {}
+        for t in (1, 2):
+            sc.set_num_threads(t)
+            got[t] = (sc.einsum("ij,j->i", A, x), sc.einsum("ij,jk->ik", A, X))
+    finally:
+        sc.set_num_threads(old)
+    for a, b in zip(got[1], got[2]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(got[1][0], A @ x, rtol=1e-12)
+    np.testing.assert_allclose(got[1][1], A @ X, rtol=1e-12)

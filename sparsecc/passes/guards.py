@@ -11,25 +11,28 @@ A check per coordinate (compare, clamp, branch next to every ``x[j]``) measured 
 on a 200k-row SpMV whose ``x`` sits in the cache: the loop is bound by instructions there, not
 by memory.  So the check is per block of rows instead.  The kernel's row loop (an
 ``omp.loop_nest`` or ``scf.for`` over a dense level, step 1, whose body runs an ``scf.for``
-over the positions ``pos[i] .. pos[i+1]`` of the level below) is strip-mined into blocks of
-:data:`ROWS` rows; each block first takes the unsigned max of its coordinates
-``crd[pos[i0] .. pos[i1]]`` (one tight loop LLVM vectorizes; the coordinates then sit in
-the L1/L2 cache for the rows' own loop, so memory sees them once), and runs its rows only
-when the max is below the size of every buffer dimension the coordinates index::
+over the positions ``pos[i] .. pos[i+1]`` of the level below) becomes a loop over blocks of
+whole rows of about :data:`COST` rows plus stored entries each (each block finds its first
+and last row by a binary search in ``pos``, so a thread's share follows the stored entries,
+not the row count: R-MAT's long rows).  Each block first takes the unsigned max of its
+coordinates ``crd[pos[r0] .. pos[r1]]`` (one tight loop; the coordinates then sit in the
+L1/L2 cache for the rows' own loop, so memory sees them once), and runs its rows only when
+the max is below the size of every buffer dimension the coordinates index::
 
-    for i0 in range(lb, ub, ROWS):                       // the parallel loop, step ROWS
-        i1 = min(i0 + ROWS, ub)
-        m = max(crd[p] for p in pos[i0] .. pos[i1])      // unsigned: a negative one is huge
-        if pos[i0] < pos[i1] and not m < dim(x, 0): *flag = 1
-        else: for i in i0 .. i1: <the original body>
+    for b in range(ceil((rows + entries) / COST)):       // the parallel loop, 1 block per chunk
+        r0, r1 = the first rows whose cost (i - lb) + (pos[i] - pos[lb]) reaches b*COST, (b+1)*COST
+        m = max(crd[p] for p in pos[r0] .. pos[r1])      // unsigned: a negative one is huge
+        if pos[r0] < pos[r1] and not m < dim(x, 0): *flag = 1
+        else: for i in r0 .. r1: <the original body>
 
-A block with a bad coordinate runs none of its rows, so no access ever leaves its buffer
-(the output is the kernel's own fresh buffer; the call raises instead of returning it).
-``flag`` comes from ``sparsecc_index_flag()``, called once at the start of the function (in
-the caller's thread; OpenMP workers share the pointer): the checked entry
+Each row is still computed by one thread in its own order: results are bit-identical for any
+thread count.  A block with a bad coordinate runs none of its rows, so no access ever leaves
+its buffer (the output is the kernel's own fresh buffer; the call raises instead of
+returning it).  ``flag`` comes from ``sparsecc_index_flag()``, called once at the start of
+the function (in the caller's thread; OpenMP workers share the pointer): the checked entry
 (``runtime/_worker.py oom_entry_ir``) gives each call its own flag and returns 2 when it was
-set.  The dynamic schedule's chunk (``rewrites.thread_count``) is divided by ``ROWS`` so a
-thread still takes about :data:`rewrites.CHUNK` rows at a time.
+set.  The dynamic schedule (``rewrites.thread_count``) deals one block at a time; the work
+estimate that picks one thread for small loops is computed before, from the rows' bounds.
 
 Only a coordinate buffer (an integer memref argument, through ``memref.subview``/``cast``
 views) whose every use is such a load, whose loaded values reach nothing but index operands
@@ -48,11 +51,12 @@ from __future__ import annotations
 
 from .rewrites import CHUNK, InternalError, _slots, ops_named
 
-VERSION = "guard_coordinates 4 (blocks of rows)"
+VERSION = "guard_coordinates 5 (blocks of equal rows + entries)"
 #: the function, defined by the checked entry, that returns this call's flag
 FLAG_FUNCTION = "sparsecc_index_flag"
-#: rows per checked block
-ROWS = 256
+#: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
+#: than this is a block of its own)
+COST = 8192
 
 _VIEWS = ("memref.subview", "memref.cast", "memref.reinterpret_cast")
 _CASTS = ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui", "arith.trunci")
@@ -272,17 +276,48 @@ def guard_coordinates(module) -> list[int]:
     return reported
 
 
+def _lower_bound(pos, lb, ub, plb, target):
+    """The first row ``i`` in ``[lb, ub)`` whose cost ``(i - lb) + (pos[i] - pos[lb])`` is at
+    least ``target``, else ``ub``: a binary search over ``pos`` (an ``scf.while``)."""
+    from mlir import ir
+    from mlir.dialects import arith, memref, scf
+    index = ir.IndexType.get()
+    one = arith.constant(index, 1)
+    w = scf.WhileOp([index, index], [lb, ub])
+    before = w.before.blocks.append(index, index)
+    with ir.InsertionPoint(before):
+        lo, hi = before.arguments
+        scf.ConditionOp(arith.cmpi(arith.CmpIPredicate.ult, lo, hi), [lo, hi])
+    after = w.after.blocks.append(index, index)
+    with ir.InsertionPoint(after):
+        lo, hi = after.arguments
+        mid = arith.addi(lo, arith.shrui(arith.subi(hi, lo), one))
+        cost = arith.addi(arith.subi(mid, lb), arith.subi(_to_index(memref.load(pos, [mid])), plb))
+        reached = arith.cmpi(arith.CmpIPredicate.uge, cost, target)
+        scf.YieldOp([arith.select(reached, lo, arith.addi(mid, one)), arith.select(reached, mid, hi)])
+    return w.results[0]
+
+
 def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
-    """Rewrite row loop ``L`` into blocks of :data:`ROWS` rows, each checked first."""
+    """Rewrite row loop ``L`` into blocks of rows of about :data:`COST` rows plus stored
+    entries each, each block checked first."""
     from mlir import ir
     from mlir.dialects import arith, llvm, memref, scf
     index, i32, i1, i64 = (ir.IndexType.get(), ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1),
                            ir.IntegerType.get_signless(64))
     top = _top_op(L, block)
+    lb, ub = L.operands[0], L.operands[1]
+    # an omp.loop_nest's bounds are computed before its omp.parallel; an scf.for's before it
+    anchor = L
+    if L.name == "omp.loop_nest":
+        ws = _parent_op(L)
+        anchor = _parent_op(ws) if ws is not None and ws.name == "omp.wsloop" else None
+        if anchor is None or anchor.name != "omp.parallel":
+            raise InternalError("an omp.loop_nest outside omp.parallel/omp.wsloop: cannot check its coordinates")
     # the sizes of every indexed buffer dimension, and the constants, before the loop's outermost op
     with ir.InsertionPoint(top), loc:
-        rows = arith.constant(index, ROWS)
         zero, one = arith.constant(index, 0), arith.constant(index, 1)
+        cost = arith.constant(index, COST)
         true, false = arith.constant(i1, 1), arith.constant(i1, 0)
         one32 = arith.constant(i32, 1)
         dims = []
@@ -291,15 +326,28 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
                 for mem, d in uses:
                     if not any(m == mem and dd == d for m, dd, _ in dims):
                         dims.append((mem, d, memref.dim(mem, arith.constant(index, d))))
-        chunk = arith.constant(i64, max(1, CHUNK // ROWS)) if CHUNK else None
+        chunk = arith.constant(i64, 1)
+    # the number of blocks: the loop's rows plus their stored entries, over COST
+    with ir.InsertionPoint(anchor), loc:
+        trip = arith.subi(ub, lb)
+        none = arith.cmpi(arith.CmpIPredicate.eq, trip, zero)
+        branch = scf.IfOp(none, [index], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.YieldOp([zero])
+        with ir.InsertionPoint(branch.else_block):
+            stored = arith.subi(_to_index(memref.load(pos, [ub])), _to_index(memref.load(pos, [lb])))
+            scf.YieldOp([arith.ceildivui(arith.addi(trip, stored), cost)])
+        blocks = branch.results[0]
     lblock = L.regions[0].blocks[0]
     iv = lblock.arguments[0]
-    ub = L.operands[1]
     body_ops = list(lblock.operations)[:-1]          # all but the terminator
     iv_uses = [(_op(u.owner), u.operand_number) for u in iv.uses]
     with ir.InsertionPoint(body_ops[0]), loc:
-        end = arith.minui(arith.addi(iv, rows), ub)
-        plo = _to_index(memref.load(pos, [iv]))
+        plb = _to_index(memref.load(pos, [lb]))
+        t0 = arith.muli(iv, cost)
+        first = _lower_bound(pos, lb, ub, plb, t0)
+        end = _lower_bound(pos, lb, ub, plb, arith.addi(t0, cost))
+        plo = _to_index(memref.load(pos, [first]))
         phi = _to_index(memref.load(pos, [end]))
         good = None
         for ld, chains in guards:
@@ -326,7 +374,7 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
             scf.YieldOp([])
         run = scf.IfOp(good)
         with ir.InsertionPoint(run.then_block):
-            inner = scf.ForOp(iv, end, one)
+            inner = scf.ForOp(first, end, one)
             with ir.InsertionPoint(inner.body):
                 inner_yield = scf.YieldOp([])
             scf.YieldOp([])
@@ -334,11 +382,11 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
         op.move_before(inner_yield)
     for op, n in iv_uses:
         op.operands[n] = inner.induction_variable
-    L.operands[2] = rows
-    if L.name == "omp.loop_nest" and chunk is not None:
+    L.operands[0] = zero
+    L.operands[1] = blocks
+    if L.name == "omp.loop_nest":
         ws = _parent_op(L)
-        if ws is not None and ws.name == "omp.wsloop":
-            _, chunk_slot, _ = _slots()
-            seg = list(ir.DenseI32ArrayAttr(ws.attributes["operandSegmentSizes"]))
-            if chunk_slot < len(seg) and seg[chunk_slot] == 1:
-                ws.operands[sum(seg[:chunk_slot])] = chunk
+        _, chunk_slot, _ = _slots()
+        seg = list(ir.DenseI32ArrayAttr(ws.attributes["operandSegmentSizes"]))
+        if chunk_slot < len(seg) and seg[chunk_slot] == 1:
+            ws.operands[sum(seg[:chunk_slot])] = chunk
