@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from .rewrites import CHUNK, InternalError, _slots, ops_named
 
-VERSION = "guard_coordinates 5 (blocks of equal rows + entries)"
+VERSION = "guard_coordinates 6 (blocks of equal rows + entries)"
 #: the function, defined by the checked entry, that returns this call's flag
 FLAG_FUNCTION = "sparsecc_index_flag"
 #: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
@@ -240,13 +240,19 @@ def guard_coordinates(module) -> list[int]:
                 L, F, pos = got
                 top = _top_op(L, block)
                 ok = top is not None
+
+                def before_top(v):
+                    """``v`` is available before the loop's outermost op (the checks and the
+                    block count are computed there)."""
+                    if _is_block_arg(v):
+                        return v.owner == block
+                    d = _op(v.owner)
+                    return d.parent is not None and d.block == block and d.is_before_in_block(top)
+
+                ok = ok and before_top(pos) and before_top(L.operands[0]) and before_top(L.operands[1])
                 for _, uses in chains:
                     for mem, _ in uses:
-                        if _is_block_arg(mem):
-                            ok = ok and mem.owner == block
-                        else:
-                            d = _op(mem.owner)
-                            ok = ok and d.block == block and d.is_before_in_block(top)
+                        ok = ok and before_top(mem)
                 if not ok:
                     break
                 plan.append((L, F, pos, ld, chains))
