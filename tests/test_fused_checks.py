@@ -22,7 +22,6 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.runtime import call as call_mod
 from sparsecc.runtime import validate as validate_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -49,7 +49,7 @@ Pure data over MLIR: imports nothing from ``sparsecc.runtime``.
 
 from __future__ import annotations
 
-from .rewrites import CHUNK, InternalError, _slots, ops_named
+from .rewrites import InternalError, _slots
 
 VERSION = "guard_coordinates 6 (blocks of equal rows + entries)"
 #: the function, defined by the checked entry, that returns this call's flag
@@ -212,12 +212,10 @@ def guard_coordinates(module) -> list[int]:
     """Check the coordinates a kernel loads and uses as indices per block of rows (see the
     module docstring); returns the positions of the guarded arguments of ``kernel``."""
     from mlir import ir
-    from mlir.dialects import arith, llvm, memref, scf
+    from mlir.dialects import llvm
 
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"
              and len(op.regions[0].blocks)]
-    index, i32, i1, i64 = (ir.IndexType.get(), ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1),
-                           ir.IntegerType.get_signless(64))
     ptr = ir.Type.parse("!llvm.ptr")
     declared = False
     reported: list[int] = []
