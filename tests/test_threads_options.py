@@ -83,7 +83,10 @@ def test_rows_are_split_between_threads():
     k = sc.compile("ij,j->i", "csr", "dense", options=sc.Options(parallel="auto"))
     k(A, x)
     ir = k.ir("llvm")
-    assert "@__kmpc_dispatch_init_8u(" in ir and f"i64 {CHUNK})" in ir, "not schedule(dynamic, CHUNK)"
+    # a row loop whose coordinates index x is split into checked blocks of about guards.COST
+    # rows + entries (passes/guards.py), dealt one block at a time
+    assert "@__kmpc_dispatch_init_8u(" in ir and "i64 1)" in ir and "sparsecc_index_flag" in ir, \
+        "not schedule(dynamic, 1 block)"
     assert -(-A.shape[0] // CHUNK) >= 3
 
 

@@ -187,9 +187,9 @@ def pipelines(options: Options = DEFAULT, strategy: str = "none", index32: bool 
 def fingerprint() -> str:
     """Every pipeline table and rewrite, as text: part of the cache key (the options, which
     select among them, and the target, whose facts do, are in the key too)."""
-    from . import rewrites, widen_i1
+    from . import guards, rewrites, widen_i1
     tables = (SPARSIFY, BUFFERIZE, OPENMP, LOWER_TO_LLVM, LLVM_AVX512_TUNING)
-    return "\n".join([*("\n".join(p for p, _ in t) for t in tables), rewrites.VERSION,
+    return "\n".join([*("\n".join(p for p, _ in t) for t in tables), rewrites.VERSION, guards.VERSION,
                       f"auto={rewrites.AUTO} min_parallel_trip={rewrites.MIN_PARALLEL_TRIP} chunk={rewrites.CHUNK}",
                       widen_i1.VERSION])
 
@@ -268,7 +268,9 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     """Run every pipeline and rewrite on ``module`` down to the LLVM dialect (inside the
     compile worker), for a machine with ``facts``.  Returns ``(module, stages, info)``: the
     lowered module, the ``sparsified`` stage's text, and what was chosen
-    (``{"parallel": strategy, "openmp": bool}``)."""
+    (``{"parallel": strategy, "openmp": bool, "guarded": [argument positions]}``: the
+    arguments whose coordinates ``guards.guard_coordinates`` range-checks in the kernel)."""
+    from .guards import guard_coordinates
     from .rewrites import count_parallel_loops, inline_alloca_scopes, thread_count
 
     requested = options.parallel
@@ -281,5 +283,6 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
         run_passes(module, OPENMP)
         inline_alloca_scopes(module)
         thread_count(module)
+    guarded = guard_coordinates(module)     # range checks fused into the loops over coordinates
     run_passes(module, lower_to_llvm(openmp))
-    return module, stages, {"parallel": strategy, "openmp": openmp}
+    return module, stages, {"parallel": strategy, "openmp": openmp, "guarded": guarded}

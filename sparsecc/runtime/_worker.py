@@ -49,6 +49,7 @@ ALLOCATORS = ("malloc", "calloc", "realloc", "aligned_alloc")
 #   One key serves every kernel of the process.
 OOM_VARIANTS = ("tls", "key")
 _JMP_BUF_BYTES = 512      # >= sizeof(jmp_buf) (glibc: 200 on x86-64, 312 on AArch64)
+_FLAG_OFFSET = _JMP_BUF_BYTES - 8     # the index flag's word at the end of that buffer, past any jmp_buf
 
 
 # A request for more than half of the machine's physical memory (or than the
@@ -117,7 +118,8 @@ def _oom_wrapper(name: str, params: list[tuple[str, str]], nonzero: list[str], s
 
 
 def oom_entry_ir(entry: str, variant: str) -> str:
-    """LLVM IR of ``int <entry>(void **args)`` (0, or 1 when an allocation failed) around
+    """LLVM IR of ``int <entry>(void **args)`` (0; 1 when an allocation failed; 2 when a
+    guarded coordinate was out of range: ``passes/guards.py``) around
     ``void <entry>__body(void **args)``, and of the checked allocators, for ``variant``
     (:data:`OOM_VARIANTS`)."""
     if variant == "tls":
@@ -167,6 +169,16 @@ def oom_entry_ir(entry: str, variant: str) -> str:
         + _oom_wrapper("calloc", [("i64", "k"), ("i64", "n")], ["k", "n"], ["k", "n"])
         + _oom_wrapper("realloc", [("ptr", "q"), ("i64", "n")], ["n"], ["n"])
         + _oom_wrapper("aligned_alloc", [("i64", "a"), ("i64", "n")], ["n"], ["n"])
+        # this call's out-of-range flag: the last word of the running entry's jump buffer
+        # (guarded coordinate loads store 1 there: passes/guards.py); outside an entry, a
+        # private word nobody reads
+        + "@sparsecc_index_flag_none = internal global i32 0, align 4\n"
+        "define hidden ptr @sparsecc_index_flag() noinline {\n"
+        + get("f")
+        + "  %fnone = icmp eq ptr %f, null\n"
+        f"  %fslot = getelementptr inbounds i8, ptr %f, i64 {_FLAG_OFFSET}\n"
+        "  %fp = select i1 %fnone, ptr @sparsecc_index_flag_none, ptr %fslot\n"
+        "  ret ptr %fp\n}\n"
         # the outer buffer is kept in a volatile slot: it is read after setjmp returns twice
         + f"\ndefine i32 @{entry}(ptr %args) {{\n"
         f"  %here = alloca [{_JMP_BUF_BYTES // 8} x i64], align 16\n"
@@ -174,13 +186,18 @@ def oom_entry_ir(entry: str, variant: str) -> str:
         + get("o")
         + "  store volatile ptr %o, ptr %outer\n"
         + put("in", "%here")
-        + "  %r = call i32 @_setjmp(ptr %here) returns_twice\n"
+        + f"  %flag = getelementptr inbounds i8, ptr %here, i64 {_FLAG_OFFSET}\n"
+        "  store i32 0, ptr %flag, align 4\n"
+        "  %r = call i32 @_setjmp(ptr %here) returns_twice\n"
         "  %again = icmp ne i32 %r, 0\n"
         "  br i1 %again, label %failed, label %run\n"
         f"run:\n  call void @{entry}{BODY}(ptr %args)\n"
         "  %o1 = load volatile ptr, ptr %outer\n"
         + put("out1", "%o1")
-        + "  ret i32 0\n"
+        + "  %bad = load volatile i32, ptr %flag, align 4\n"
+        "  %isbad = icmp ne i32 %bad, 0\n"
+        "  %rc = select i1 %isbad, i32 2, i32 0\n"
+        "  ret i32 %rc\n"
         "failed:\n  %o2 = load volatile ptr, ptr %outer\n"
         + put("out2", "%o2")
         + "  ret i32 1\n}\n")
@@ -189,8 +206,8 @@ def oom_entry_ir(entry: str, variant: str) -> str:
 #: what the disk-cache key hashes for the entry glue (both variants)
 OOM_IR = "".join(oom_entry_ir("E", v) for v in OOM_VARIANTS)
 #: the checked functions the generated code calls, internal to each object
-_OOM_INTERNAL = ("sparsecc_oom", "sparsecc_alloc_limit", "sparsecc_check_size", "sparsecc_check_product",
-                 *(f"sparsecc_{a}" for a in ALLOCATORS))
+_OOM_INTERNAL = ("sparsecc_oom", "sparsecc_index_flag", "sparsecc_alloc_limit", "sparsecc_check_size",
+                 "sparsecc_check_product", *(f"sparsecc_{a}" for a in ALLOCATORS))
 
 
 def add_oom_entry(mod, entry: str, variant: str) -> None:
@@ -312,7 +329,8 @@ def compile_job(req: dict) -> dict:
     out = req["out"]
     os.makedirs(os.path.dirname(out), exist_ok=True)
     reply = {"ok": True, "stages": stages, "arg_types": types, "parallel": chosen["parallel"],
-             "openmp": chosen["openmp"], "imports": imports, "exports": exports}
+             "openmp": chosen["openmp"], "guarded": chosen.get("guarded", []),
+             "imports": imports, "exports": exports}
     if req.get("object_only"):          # ahead-of-time libraries link several objects later
         if chosen["openmp"]:
             from sparsecc.errors import InternalError

@@ -191,14 +191,14 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                    "allocated by the caller, overwritten")
         body.append(_descriptor("d_out", "out", out_dims))
         body.append("    argv[k++] = &d_out;")
-        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
+        body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
     else:
         params.append(f"{lib}_sparse_result *out")
         names = [c for c, _, _ in _field_names(out_fmt, "out")]
         doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
         doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
         doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
-        body.append(f"    if ({fn}_entry(argv)) return 1;         /* out of memory */")
+        body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
         body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
         for d, e in enumerate(out_dims):
             body.append(f"    out->dims[{d}] = {e};")
@@ -206,8 +206,9 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                     "out->allocations[b] = res.b[b].allocated; out->lengths[b] = res.spec.mem[b]; }")
         body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
     doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
-    doc.append(" * leak, nothing is written to out).  Inputs are not validated: pass well-formed buffers")
-    doc.append(" * (sc.aot.load validates).")
+    doc.append(" * leak, nothing is written to out), or 2 if it found a coordinate out of range in a loop")
+    doc.append(" * that checks them (dense results only; out then holds garbage).  Inputs are otherwise")
+    doc.append(" * not validated: pass well-formed buffers (sc.aot.load validates).")
     doc.append(" */")
     body += ["    (void)k;", "    return 0;", "}"]
     ptext = ", ".join(params)
@@ -559,7 +560,7 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     if index_order != spec["index_order"]:
         raise bad(f"index order {index_order}, the library takes {spec['index_order']}")
     fn = getattr(lib, spec["entry"])
-    fn.restype = ctypes.c_int           # 1: out of memory (runtime/_worker.py oom_entry_ir)
+    fn.restype = ctypes.c_int           # 1: out of memory, 2: an index out of range (runtime/_worker.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))

@@ -34,7 +34,7 @@ from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format,
 from .results import result_view, wrap
 from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
-from .validate import check_widths, known_orders, validate
+from .validate import check_deferred, check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -173,6 +173,8 @@ class _Plan:
     size_slots: tuple[int, ...]     # the kernel's size arguments, as slots of the call's sizes
     out_dtype: np.dtype
     packer: ArgPacker
+    #: operands whose indices range check the kernel does itself (validate.check_deferred)
+    guarded: frozenset = frozenset()
 
     def current(self, k: "Kernel") -> bool:
         if self.library is not None:
@@ -267,11 +269,38 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
     layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]
     out_layout = (len(out_fmt.fields()), len(out_fmt.levels)) if out_fmt is not None else len(out_shape)
     return _Plan(comp=comp, key=key, library=self._library, formats=formats, out_fmt=out_fmt,
+                 guarded=_guarded_operands(comp, values, formats, len(sig.index_order)),
                  loaders=tuple(loader(x, f) for x, f in zip(values, formats)),
                  converts=tuple(converts) if any(c is not None for c in converts) else None,
                  size_slots=tuple(info.slot[i] for i in sig.index_order),
                  out_dtype=np.dtype(sig.out_dtype),
                  packer=ArgPacker(len(sig.index_order), layout, out_layout))
+
+_OWN_ORDER = {"csr": (None, (0, 1)), "csc": ((1, 0),)}
+
+
+def _guarded_operands(comp, values, formats, n_sizes: int) -> frozenset:
+    """The positions of the SciPy CSR/CSC operands whose ``indices`` the kernel reads as
+    they are (their own layout, a coordinate width that holds every index) from an argument
+    it range-checks itself (``Compiled.guarded``, passes/guards.py)."""
+    guarded = getattr(comp, "guarded", ())
+    if not guarded:
+        return frozenset()
+    out, at = set(), n_sizes
+    for k, (x, f) in enumerate(zip(values, formats)):
+        if f.is_dense:
+            at += 1
+            continue
+        fields = f.fields()
+        if (type(x) in _SPARSE_TYPES and x.format in _OWN_ORDER and len(x.shape) == 2
+                and f.levels == ("dense", "compressed") and f.block is None
+                and f.order in _OWN_ORDER[x.format] and f.crd_width
+                and x.indices.dtype.itemsize * 8 <= f.crd_width
+                and at + fields.index(("crd", 1)) in guarded):
+            out.add(k)
+        at += len(fields) + 1
+    return frozenset(out)
+
 
 def operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
     """``f`` with its index widths resolved (a width the format fixes is kept):
@@ -310,6 +339,7 @@ def call(self, *args, **kwargs):
     # every operand is read and (check=True) validated on every call; the plan caches
     # only what follows from the operands' kinds (type, dtype, rank) and widths
     check = self.check
+    defer = [] if check else None       # indices range checks a guarded kernel does itself
     values, keys, shapes, counts = [], [], [], []
     orders = None           # (operand, sorted?) where validation's native scan found out
     for x, what in zip(args, info.whats):
@@ -325,7 +355,7 @@ def call(self, *args, **kwargs):
                 x = as_operand(x, what)
                 t = type(x)
             if check:
-                ordered = validate(x, what)
+                ordered = validate(x, what, defer, len(values))
                 if ordered is not None:
                     orders = (orders or []) + [(x, ordered)]
             if t in _SPARSE_TYPES:
@@ -352,6 +382,8 @@ def call(self, *args, **kwargs):
     elif plan is None or not plan.current(self):
         plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide, huge)
     comp = self._last = plan.comp
+    if defer:
+        check_deferred(defer, plan.guarded)
     if orders is None:
         operands = [load(x, f, what) for load, x, f, what in zip(plan.loaders, values, plan.formats, info.whats)]
     else:
@@ -368,17 +400,30 @@ def call(self, *args, **kwargs):
         # zeroed: JIT kernels skip their own (serial) zero fill, see emit_kernel
         out = np.zeros(out_shape, dtype=plan.out_dtype)
         _, base = plan.packer.pack(scalars, operands, out)
-        if comp.entry(base):
-            _out_of_memory(self.source)
+        rc = comp.entry(base)
+        if rc:
+            _failed(self.source, rc, defer)
         return out[()] if out.ndim == 0 else out
     if out_fmt.block is not None:
         _check_blocks(out_fmt, out_shape)
     block, base = plan.packer.pack(scalars, operands, None)
-    if comp.entry(base):
-        _out_of_memory(self.source)
+    rc = comp.entry(base)
+    if rc:
+        _failed(self.source, rc, defer)
     del operands
     return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
                 result_view(out_fmt, block, plan.packer.result_at), self.prune)
+
+
+def _failed(source: str, rc: int, defer):
+    """A kernel returned ``rc`` != 0: 2, a guarded coordinate was out of range (raise the
+    NumPy check's message for it; a sparse result the kernel was building is leaked, as
+    after running out of memory); 1, out of memory."""
+    if rc == 2:
+        check_deferred(defer or [])
+        raise OperandError(f"sparsecc: an operand of '{source}' holds an index out of range "
+                           f"(its indices changed during the call?)")
+    _out_of_memory(source)
 
 
 def _out_of_memory(source: str):
@@ -396,5 +441,8 @@ def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
         keep += [describe_array(b) for b in s.buffers]
         keep.append(specifier(s.lvl_sizes, [b.size for b in s.buffers]))
     argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
-    if mod.entry(argv):
+    rc = mod.entry(argv)
+    if rc == 2:
+        raise OperandError(f"sparsecc: an operand of {what} holds an index out of range")
+    if rc:
         raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)")

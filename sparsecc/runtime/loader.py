@@ -76,6 +76,7 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
         reply = compiler.compile_library(mlir, out, target=target, options=options, what=what)
         entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
                                   "parallel": reply["parallel"], "openmp": reply["openmp"],
+                                  "guarded": reply.get("guarded", []),
                                   "imports": reply["imports"], "exports": reply["exports"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])
@@ -84,7 +85,8 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
         STATS.disk_hits += 1
     threads.register(lib)                 # its thread count follows sc.set_num_threads
     fn = lib.sparsecc_entry
-    fn.restype = ctypes.c_int             # 1: an allocation failed (runtime/_worker.py oom_entry_ir)
+    fn.restype = ctypes.c_int             # 1: an allocation failed, 2: a guarded index out of range
+                                          # (runtime/_worker.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     return Loaded(key, lib, fn, entry.info, entry.meta)
 

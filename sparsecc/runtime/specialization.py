@@ -52,6 +52,8 @@ class Compiled:
     entry: object
     info_path: str
     _stages: dict | None = field(default=None, repr=False)
+    #: the kernel's arguments whose coordinates it range-checks itself (passes/guards.py)
+    guarded: tuple[int, ...] = ()
 
     def stages(self) -> dict:
         if self._stages is None:
@@ -100,7 +102,9 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         # SDDMM / SpGEMM with CSR results: hand-written parallel loops (runtime/fast_paths.py)
         got = fast_paths.compiled(stmt, formats, dtypes, options, out_format,
                                   lambda key, sig, mlir, mod: Compiled(key, sig, formats, out_format, mlir,
-                                                                       mod.lib, mod.entry, mod.info_path), huge)
+                                                                       mod.lib, mod.entry, mod.info_path,
+                                                                       guarded=tuple(mod.info.get("guarded", ()))),
+                                  huge)
         if got is not None:
             _loaded[mem_key] = got
             return got
@@ -112,7 +116,8 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         if len(mod.info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(mod.info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
-        got = Compiled(mod.key, sig, formats, out_format, mlir, mod.lib, mod.entry, mod.info_path)
+        got = Compiled(mod.key, sig, formats, out_format, mlir, mod.lib, mod.entry, mod.info_path,
+                       guarded=tuple(mod.info.get("guarded", ())))
         _loaded[mem_key] = got
         return got
 

@@ -79,7 +79,8 @@ def _in_range(c: np.ndarray, n: int, what: str, name: str) -> None:
         raise OperandError(f"{what}: {name} holds index {top}, out of range for a dimension of size {n}")
 
 
-def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, kind: str) -> None:
+def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, kind: str,
+                defer: list | None = None, k: int = 0) -> None:
     indptr = _index_array(indptr, what, "indptr")
     indices = _index_array(indices, what, "indices")
     if indptr.size != n_outer + 1:
@@ -106,7 +107,22 @@ def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, ki
         c = indices.tolist()
         if min(c) >= 0 and max(c) < n_inner:
             return
+    elif defer is not None and n_inner > 0:
+        # the range check waits for the kernel: one that guards its coordinate loads
+        # (passes/guards.py) does it in its own loop; see check_deferred
+        defer.append((k, indices, n_inner, what))
+        return
     _in_range(indices, n_inner, what, "indices")
+
+
+def check_deferred(defer: list, guarded=()) -> None:
+    """The ``indices`` range checks :func:`validate` deferred (``defer``), for the operands
+    whose kernel does not range-check them itself (operand positions not in ``guarded``).
+    With ``guarded=()`` every one runs: after a kernel reported an out-of-range coordinate,
+    this finds which operand and index, with the message a NumPy check gives."""
+    for k, indices, n, what in defer:
+        if k not in guarded:
+            _in_range(indices, n, what, "indices")
 
 
 def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> bool:
@@ -126,11 +142,17 @@ def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> b
     return min(c) >= 0 and max(c) < n_inner
 
 
-def validate(x, what: str) -> bool | None:
+def validate(x, what: str, defer: list | None = None, k: int = 0) -> bool | None:
     """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
     read from the operand on every call: nothing is remembered between calls, since arrays
     can be changed in place at any time.  Returns whether a large COO operand's entries are
-    sorted and duplicate-free when its scan found out (else None): see :func:`known_orders`."""
+    sorted and duplicate-free when its scan found out (else None): see :func:`known_orders`.
+
+    ``defer``: a list where the range check of a large CSR/CSC operand's ``indices`` is put
+    instead of run (with ``k``, the operand's position), for :func:`check_deferred` once the
+    kernel is known: a kernel that guards its coordinate loads checks them in its own loop
+    (``passes/guards.py``).  Everything else (``indptr`` above all, which keeps every
+    position in bounds) is checked here as always."""
     t = type(x)
     if t is np.ndarray:
         return
@@ -151,7 +173,7 @@ def validate(x, what: str) -> bool | None:
         if _small_compressed_ok(x.indptr, x.indices, x.data, outer, inner):
             return
         _compressed(x.indptr, x.indices, _values(x.data, what), outer, inner, what,
-                    "row" if f == "csr" else "column")
+                    "row" if f == "csr" else "column", defer, k)
     elif f == "bsr":
         data = _values(x.data, what, 3)
         R, C = (int(b) for b in data.shape[1:])
