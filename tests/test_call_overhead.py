@@ -249,3 +249,28 @@ def test_index_notation_kernel_by_position_and_name(rng):
         assert_matches(k(A, x=x), A @ x)
     with pytest.raises(sc.OperandError):
         k(A)
+
+
+@pytest.mark.parametrize("expr,shapes", [
+    ("i,i->", [(7,), (7,)]),                # one index, a 0-d result
+    ("ij->", [(4, 5)]),                     # one operand, a full reduction
+    ("i->i", [(6,)]),                       # one index, a dense result of rank 1
+    ("ij,ij->ij", [(3, 4), (3, 4)]),        # a sparse result from two sparse operands
+    ("ijk,jr,kr->ir", [(4, 3, 5), (3, 2), (5, 2)]),     # a 3-D operand (COO: the general path)
+])
+def test_other_statement_shapes_repeatedly(expr, shapes, rng):
+    """Statements with one index, 0-d results, one operand, N-d operands: repeated calls,
+    sparse and dense operands alternating, against numpy.einsum."""
+    k = sc.compile(expr)
+    variants = []
+    for make_sparse in (True, False):
+        ops = []
+        for s in shapes:
+            a = random_sparse(s, 0.5, np.float64, rng, fmt="csr" if len(s) == 2 else "coo")
+            ops.append(a if make_sparse and len(s) >= 2 or (make_sparse and len(s) == 1 and len(shapes) == 1)
+                       else dense_of(a))
+        variants.append(ops)
+    variants.append([dense_of(o).astype(np.float32) for o in variants[0]])
+    for j in [0, 0, 1, 1, 0, 2, 2, 1, 0]:
+        got = k(*variants[j])
+        assert_matches(got, oracle(expr, *variants[j]))

@@ -536,7 +536,7 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
     if counts:
         lines += [f"if {' or '.join(f'{c} > {INT32_MAX}' for c in counts)}:", "    return _MISS"]
     if size:
-        lines.append(f"m = max({', '.join(size)}{',' if len(size) == 1 else ''})")
+        lines.append(f"m = max({', '.join(size)})" if len(size) > 1 else f"m = {size[0]}")
         lines += [f"if m > {HUGE_SLACK} and (m > {INT32_MAX} or m > {HUGE_FACTOR} * ({' + '.join(counts) or '0'}) + {HUGE_SLACK}):",
                   "    return _MISS"]
     out_dims = [size[j] for j in info.out_slots]
