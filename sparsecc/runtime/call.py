@@ -537,7 +537,8 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         lines += [f"if {' or '.join(f'{c} > {INT32_MAX}' for c in counts)}:", "    return _MISS"]
     if size:
         lines.append(f"m = max({', '.join(size)})" if len(size) > 1 else f"m = {size[0]}")
-        lines += [f"if m > {HUGE_SLACK} and (m > {INT32_MAX} or m > {HUGE_FACTOR} * ({' + '.join(counts) or '0'}) + {HUGE_SLACK}):",
+        stored = " + ".join(counts)
+        lines += [f"if m > {HUGE_SLACK} and (m > {INT32_MAX} or m > {HUGE_FACTOR} * ({stored}) + {HUGE_SLACK}):",
                   "    return _MISS"]
     out_dims = [size[j] for j in info.out_slots]
     if len(out_dims) > 1:
