@@ -274,3 +274,38 @@ def test_other_statement_shapes_repeatedly(expr, shapes, rng):
     for j in [0, 0, 1, 1, 0, 2, 2, 1, 0]:
         got = k(*variants[j])
         assert_matches(got, oracle(expr, *variants[j]))
+
+
+@pytest.mark.parametrize("out_format", ["csr", "csc"])
+def test_sparse_results_are_what_scipys_constructor_builds(out_format, rng):
+    """CSR/CSC results are built without SciPy's format check (runtime/results.py): the
+    same attributes, flags and behaviour as the constructor's array over the same buffers."""
+    from sparsecc.runtime import results
+    A, B = csr(rng, (9, 7)), csr(rng, (7, 8))
+    C = sc.einsum("ik,kj->ij", A, B, out_format=out_format)
+    cls = sp.csr_array if out_format == "csr" else sp.csc_array
+    ref = cls((C.data, C.indices, C.indptr), shape=C.shape)
+    ref.has_canonical_format = True
+    assert type(C) is cls and vars(C).keys() == vars(ref).keys() and C.shape == ref.shape
+    assert all(type(s) is int for s in C.shape) and C.has_canonical_format and C.has_sorted_indices
+    assert C.indices.dtype == np.int32 and C.indptr.dtype == np.int32
+    assert repr(C) == repr(ref)
+    want = A.toarray() @ B.toarray()
+    assert_matches(C, want)
+    assert_matches(C @ C.T, want @ want.T)
+    assert_matches((C + C).toarray(), 2 * want)
+    assert_matches(C.T.toarray(), want.T)
+    C.sum_duplicates()                                 # a no-op on a canonical array
+    assert_matches(C, want)
+    empty = sc.einsum("ik,kj->ij", sp.csr_array((3, 4)), sp.csr_array((4, 2)), out_format=out_format)
+    assert empty.nnz == 0 and empty.shape == (3, 2) and empty.toarray().sum() == 0
+
+
+def test_sparse_results_without_the_direct_path(rng, monkeypatch):
+    """Another SciPy whose arrays the probe does not recognize: SciPy's constructor."""
+    from sparsecc.runtime import results
+    monkeypatch.setattr(results, "_constant", {sp.csr_array: False, sp.csc_array: False})
+    A, B = csr(rng, (6, 5)), csr(rng, (5, 4))
+    C = sc.einsum("ik,kj->ij", A, B)
+    assert C.format == "csr" and C.has_canonical_format
+    assert_matches(C, A.toarray() @ B.toarray())
