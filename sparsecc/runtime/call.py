@@ -35,7 +35,7 @@ from .operands import (_INDEX, INT32_MAX, aos_like, as_operand, coo_aos, default
 from .results import result_view, wrap
 from .specialization import (HUGE_FACTOR, HUGE_SLACK, Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
-from .validate import _small_compressed_ok, check_widths, known_orders, validate
+from .validate import SMALL, _small_compressed_ok, check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -437,7 +437,7 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
         return None
     source, consts = src
     namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.zeros, "_spec": _spec, "_STATS": STATS,
-                 "_small_ok": _small_compressed_ok, "_validate": validate, "_oom": _out_of_memory,
+                 "_small_ok": _small_compressed_ok, "_SMALL": SMALL, "_validate": validate, "_oom": _out_of_memory,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
                  "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
                  "_MINE": plan.packer._mine, "_BLOCK": plan.packer.block, **consts}
@@ -515,7 +515,8 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         counts.append(f"{v}.size")
         if load is load_compressed and r == 2:
             outer, inner = (dk[fmt.order[0]], dk[fmt.order[1]])
-            checks += [f"if not _small_ok({p}, {i}, {v}, {outer}, {inner}):",
+            # (validate's own check over Python lists where it takes them, else validate)
+            checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}):",
                        f"    _validate({a}, _W{k})"]
         else:
             checks.append(f"_validate({a}, _W{k})")
