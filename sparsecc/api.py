@@ -215,15 +215,38 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
         CompileError: MLIR or LLVM could not compile the kernel (a known limitation or a
             compiler crash; the Python process keeps running).
     """
+    # a repeated call: the arguments of an earlier call (checked then), no ellipsis, and no
+    # size-1 dimension that broadcasting could drop (what _expand looks for): its kernel
+    repeat = None
+    if type(subscripts) is str and (prune is False or prune is True) and (check is True or check is False):
+        try:
+            repeat = (subscripts, len(operands), formats, options, out_format, prune, check, semiring, device)
+            k = _einsum_kernels.get(repeat)
+        except TypeError:       # unhashable arguments (formats as a list): the full path
+            repeat = k = None
+        if k is not None:
+            for x in operands:
+                shape = getattr(x, "shape", None)
+                if type(shape) is not tuple or 1 in shape:
+                    break
+            else:
+                return k(*operands)
     options = _on_device(options, device)
     if not isinstance(subscripts, str):
         subscripts, operands = _from_sublists(subscripts, operands)
     if looks_like_notation(subscripts):
         raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
     formats = _check_formats(formats, len(operands))
-    subscripts, operands, formats = _expand(subscripts, operands, formats)
-    parse_einsum(subscripts, len(operands))   # subscript and operand-count errors, in einsum's terms
-    return _kernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)(*operands)
+    expanded, operands, formats = _expand(subscripts, operands, formats)
+    parse_einsum(expanded, len(operands))   # subscript and operand-count errors, in einsum's terms
+    k = _kernel(expanded, formats or (), {}, options, out_format, prune, check, semiring)
+    if repeat is not None and "." not in subscripts and expanded == subscripts:
+        _einsum_kernels[repeat] = k
+    return k(*operands)
+
+
+#: sc.einsum's kernels by the arguments of the calls that made them (see einsum)
+_einsum_kernels: dict = {}
 
 
 def _check_formats(formats, n: int):

@@ -199,3 +199,76 @@ def test_cli_lists_the_suite(capsys):
     assert "spmv:uniform" in out and "mttkrp:uniform" in out and "target" not in out
     assert cli(["bench", "--list", "--no-real", "--targets"]) == 0
     assert "target <= 0.5" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- peers, user-built inputs, graphblas
+
+def test_user_built_rows_next_to_the_32_bit_ones():
+    by_id = {c.id: c for c in bench.cases(small=True)}
+    rng = np.random.default_rng(4)
+    for k in ("spmv", "spmm32", "mttkrp"):
+        assert f"{k}:uniform" in by_id and f"{k}:uniform64" in by_id
+        ops32 = by_id[f"{k}:uniform"].build(np.random.default_rng(5))
+        ops64 = by_id[f"{k}:uniform64"].build(np.random.default_rng(5))
+        A32, A64 = ops32[0], ops64[0]
+        idx = list(A64.coords) if A64.format == "coo" else [A64.indptr, A64.indices]
+        assert all(a.dtype == np.int64 for a in idx)            # as sp.*_array((data, (rows, cols))) gives
+        assert (A64 != A32).nnz == 0                              # the same matrix
+        if A64.format == "coo":
+            assert not A64.has_canonical_format                  # SciPy's flag for COO built from coordinates
+    assert rng is not None
+
+
+def test_min_plus_row_reference_is_independent():
+    case = next(c for c in bench.cases(small=True) if c.kernel == "minplusmv")
+    assert case.semiring == "min_plus"
+    A = sp.csr_array(np.array([[1.0, 0, 4.0], [0, 0, 0], [2.0, 5.0, 0]]))
+    x = np.array([10.0, 1.0, 3.0])
+    got = case.baselines["numpy"](A, x)()
+    np.testing.assert_array_equal(got, [7.0, np.inf, 6.0])     # written out: min over stored j of A[i,j] + x[j]
+
+
+def test_best_peer_is_the_fastest_agreeing_peer():
+    from sparsecc.bench.runner import best_peer
+    row = {"sparsecc_ms": 2.0, "baselines": {
+        "numpy": {"ms": 0.5, "ratio": 4.0, "agrees": True},           # not a peer
+        "scipy": {"ms": 4.0, "ratio": 0.5, "agrees": True},
+        "torch": {"ms": 1.0, "ratio": 2.0, "agrees": False},          # disagrees: never the best
+        "graphblas": {"ms": 3.0, "ratio": 2 / 3, "agrees": True}}}
+    assert best_peer(row) == {"name": "graphblas", "ms": 3.0, "ratio": 2 / 3}
+    assert best_peer({"sparsecc_ms": 1.0, "baselines": {"numpy": {"ms": 1.0, "ratio": 1.0, "agrees": True}}}) is None
+
+
+def test_small_run_shows_best_peer_and_user_built_rows(tmp_path, capsys):
+    args = _args(tmp_path, kernels="spmv:uniform,spmv:uniform64,minplusmv")
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "best peer" in out and "r.best" in out and "FAILED" not in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert [x["id"] for x in r["results"]] == ["spmv:uniform", "spmv:uniform64", "minplusmv:midsize"]
+    for x in r["results"]:
+        peer = x["best_peer"]
+        if x["kernel"] == "spmv":
+            assert peer["name"] in x["baselines"] and peer["name"] in ("scipy", "torch", "graphblas")
+            assert peer["ms"] == min(b["ms"] for n, b in x["baselines"].items() if n in ("scipy", "torch", "graphblas"))
+    try:
+        import graphblas  # noqa: F401
+        have_gb = True
+    except ImportError:
+        have_gb = False
+    assert ("graphblas" in r["results"][0]["baselines"]) == have_gb
+    assert ("graphblas" in r["results"][2]["baselines"]) == have_gb
+    md = (tmp_path / "r.md").read_text().splitlines()
+    assert "best peer ms" in md[0] and len(md) == 2 + 3
+
+
+def test_graphblas_absent_is_skipped_cleanly(tmp_path, capsys, monkeypatch):
+    from sparsecc.bench import baselines
+    monkeypatch.setattr(baselines, "_graphblas", lambda: None)
+    args = _args(tmp_path, kernels="spmv:tiny,minplusmv")
+    assert bench.run(args) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    for x in r["results"]:
+        assert x["ok"] and "graphblas" not in x["baselines"]
+    assert r["results"][0]["best_peer"]["name"] in ("scipy", "torch")
+    assert r["results"][1]["best_peer"] is None              # min_plus: no peer but graphblas

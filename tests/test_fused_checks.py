@@ -265,3 +265,29 @@ def test_blocks_by_stored_entries_are_bit_identical_across_threads():
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(got[1][0], A @ x, rtol=1e-12)
     np.testing.assert_allclose(got[1][1], A @ X, rtol=1e-12)
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_repeated_calls_keep_the_fused_check(range_checks, index, monkeypatch):
+    """The repeated-call fast path (runtime/call.py) validated every operand in full, so
+    from the second call on the NumPy max ran again for a guarded kernel, and a bad index
+    the kernel caught (return code 2) would have been reported as out of memory."""
+    from sparsecc.runtime import call as call_mod
+    A = _csr(2000, 1500, 4, index=index)
+    x = np.ones(1500)
+    k = sc.compile("ij,j->i")
+    for _ in range(3):
+        np.testing.assert_allclose(k(A, x), A @ x)
+    assert k._call_info.fast is not None, "the repeated-call path was not built"
+    assert "indices" not in range_checks
+    bad = A.copy()
+    bad.indices[-1] = 1500
+    general = call_mod._call_general
+
+    def no_general(*a, **kw):
+        raise AssertionError("the call left the repeated-call path")
+    monkeypatch.setattr(call_mod, "_call_general", no_general)
+    with pytest.raises(sc.OperandError, match="out of range"):
+        k(bad, x)
+    np.testing.assert_allclose(k(A, x), A @ x)
+    monkeypatch.setattr(call_mod, "_call_general", general)

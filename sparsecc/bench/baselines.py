@@ -1,6 +1,8 @@
-"""The baselines each kernel is checked and timed against: SciPy, NumPy and (when ``import
-torch`` works) torch.sparse.  Each factory takes the operands and returns a zero-argument
-callable; preparation happens in the factory, outside the timing."""
+"""The baselines each kernel is checked and timed against: SciPy, NumPy, torch.sparse (when
+``import torch`` works) and python-graphblas, SuiteSparse:GraphBLAS (when ``import graphblas``
+works: the ``bench`` extra).  Each factory takes the operands and returns a zero-argument
+callable; preparation happens in the factory, outside the timing.  ``PEERS``: the libraries
+a user could call instead of sparsecc (the report's ``best peer``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,59 @@ def _torch():
         return torch
     except Exception:           # noqa: BLE001 - not installed, or a broken install: no torch baseline
         return None
+
+
+#: the libraries a user could call instead (NumPy baselines are written-out references)
+PEERS = ("scipy", "torch", "graphblas")
+
+_gb_state: list = []
+
+
+def _graphblas():
+    """python-graphblas, initialized once in blocking mode (every call computes its result
+    before it returns, so the timing holds the work), or None when it is not installed."""
+    if not _gb_state:
+        try:
+            import graphblas as gb
+            try:
+                gb.init("suitesparse", blocking=True)
+            except Exception:   # noqa: BLE001 - already initialized (by its first use elsewhere)
+                pass
+            _gb_state.append(gb)
+        except Exception:       # noqa: BLE001 - not installed, or a broken install: no graphblas baseline
+            _gb_state.append(None)
+    return _gb_state[0]
+
+
+def graphblas_threads(n: int) -> None:
+    gb = _graphblas()
+    if gb is not None:
+        gb.ss.config["nthreads"] = n
+
+
+def _gb_mv(semiring):
+    def make(A, x):
+        gb = _graphblas()
+        M, v = gb.io.from_scipy_sparse(A), gb.Vector.from_dense(x)
+        op = getattr(gb.semiring, semiring)
+
+        def run():
+            w = M.mxv(v, op).new()
+            w.wait()
+            return w
+        return run
+    return make
+
+
+def _gb_spgemm(A, B):
+    gb = _graphblas()
+    M, N = gb.io.from_scipy_sparse(A), gb.io.from_scipy_sparse(B)
+
+    def run():
+        C = M.mxm(N, gb.semiring.plus_times).new()
+        C.wait()
+        return C
+    return run
 
 
 def _torch_csr(A):
@@ -33,6 +88,30 @@ def _spmv_baselines():
             tA, tx = _torch_csr(A), torch.from_numpy(x)
             return lambda: torch.mv(tA, tx)
         b["torch"] = torch_mv
+    if _graphblas() is not None:
+        b["graphblas"] = _gb_mv("plus_times")
+    return b
+
+
+def _minplus_numpy(A, x):
+    """min over stored j of A[i,j] + x[j] (+inf for a row without entries), written out
+    with NumPy: a row's stored entries are one segment of A's arrays."""
+    starts = A.indptr[:-1]
+    full = np.diff(A.indptr) > 0                 # rows with entries, prepared once
+    cols, data, first = A.indices, A.data, starts[full]
+
+    def run():
+        out = np.full(A.shape[0], np.inf, dtype=np.result_type(A.dtype, x.dtype))
+        if first.size:
+            out[full] = np.minimum.reduceat(data + x[cols], first)
+        return out
+    return run
+
+
+def _minplus_baselines():
+    b = {"numpy": _minplus_numpy}
+    if _graphblas() is not None:
+        b["graphblas"] = _gb_mv("min_plus")    # (its rows without entries hold no value; the inputs have none)
     return b
 
 
@@ -83,6 +162,8 @@ def _spgemm_baselines():
             tA, tB = _torch_csr(A), _torch_csr(B)
             return lambda: tA @ tB
         b["torch"] = torch_spgemm
+    if _graphblas() is not None:
+        b["graphblas"] = _gb_spgemm
     return b
 
 

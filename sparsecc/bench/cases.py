@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .baselines import (_mttkrp_scipy, _sddmm_baselines, _spgemm_baselines, _spmm_baselines, _spmv_baselines,
-                        _ttv_scipy)
-from .generators import coo3, poisson2d, poisson3d, rmat, uniform_rows
+from .baselines import (_minplus_baselines, _mttkrp_scipy, _sddmm_baselines, _spgemm_baselines, _spmm_baselines,
+                        _spmv_baselines, _ttv_scipy)
+from .generators import coo3, poisson2d, poisson3d, rmat, uniform_rows, user_built
 
-VB, IB = 8, 4          # bytes per f64 value, per 32-bit index (sparsecc picks 32-bit when it fits)
+VB, IB = 8, 4          # bytes per f64 value, per 32-bit index (the generated inputs' width)
 
 
 @dataclass
@@ -42,6 +42,7 @@ class Case:
     target_threads: str = "all"          # "1": the target compares sparsecc on one thread
     thread_target: float | None = None   # speedup 1 thread -> all cores must be >= this
     note: str = ""
+    semiring: str | None = None          # sc.compile's semiring= (GraphBLAS's name)
 
     @property
     def id(self) -> str:
@@ -53,8 +54,9 @@ def _nnz(A) -> int:
 
 
 def _csr_bytes(A) -> int:
-    """Values, column indices and row pointers of a CSR matrix."""
-    return _nnz(A) * (VB + IB) + (A.shape[0] + 1) * IB
+    """Values, column indices and row pointers of a CSR matrix (indices at their own width:
+    a kernel reads int64 indices as they are)."""
+    return _nnz(A) * (VB + A.indices.itemsize) + (A.shape[0] + 1) * A.indptr.itemsize
 
 
 def _products(A, B) -> int:
@@ -63,13 +65,14 @@ def _products(A, B) -> int:
     return int(col_counts @ np.diff(B.indptr).astype(np.int64))
 
 
-def _spmv_case(input_name, build, *, target=None, target_threads="all", thread_target=None, note=""):
-    return Case("spmv", input_name, "ij,j->i", build, _spmv_baselines(),
+def _spmv_case(input_name, build, *, target=None, target_threads="all", thread_target=None, note="",
+               kernel="spmv", baselines=None, semiring=None):
+    return Case(kernel, input_name, "ij,j->i", build, baselines or _spmv_baselines(),
                 flops=lambda ops, ref: 2 * _nnz(ops[0]),
                 bytes=lambda ops, ref: (_csr_bytes(ops[0]) + ops[0].shape[1] * ops[1].itemsize
                                         + ops[0].shape[0] * ops[1].itemsize),
                 formats=("csr", "dense"), target=target, target_threads=target_threads,
-                thread_target=thread_target, note=note)
+                thread_target=thread_target, note=note, semiring=semiring)
 
 
 def _spmm_case(k, input_name, build, *, target=None, thread_target=None):
@@ -119,6 +122,13 @@ def cases(small: bool = False, real: dict | None = None) -> list[Case]:
     def mttkrp_build(rng):
         return coo3(d3, nnz3, rng), rng.random((d3, 16)), rng.random((d3, 16))
 
+    def users(build):
+        """The same operands, the sparse one as users build it (int64 indices)."""
+        def built(rng):
+            ops = build(rng)
+            return (user_built(ops[0]),) + tuple(ops[1:])
+        return built
+
     def ttv_build(rng):
         return coo3(d3, nnz3, rng), rng.random(d3)
 
@@ -129,7 +139,9 @@ def cases(small: bool = False, real: dict | None = None) -> list[Case]:
     sddmm_bytes = lambda ops, ref: (_csr_bytes(ops[0]) + _nnz(ops[0]) * VB
                                     + (ops[1].size + ops[2].size) * VB)
     spgemm_bytes = lambda ops, ref: _csr_bytes(ops[0]) + _csr_bytes(ops[1]) + _csr_bytes(sp.csr_array(ref))
-    coo3_bytes = lambda T: _nnz(T) * (VB + 3 * IB)
+    coo3_bytes = lambda T: _nnz(T) * (VB + sum(c.itemsize for c in T.coords))
+    mttkrp_bytes = lambda ops, ref: (coo3_bytes(ops[0]) + (ops[1].size + ops[2].size) * VB
+                                     + ops[0].shape[0] * ops[1].shape[1] * VB)
 
     out = [
         # --- the targets table (issue 5)
@@ -142,12 +154,20 @@ def cases(small: bool = False, real: dict | None = None) -> list[Case]:
              flops=lambda ops, ref: 2 * _products(ops[0], ops[1]), bytes=spgemm_bytes,
              formats=("csr", "csr"), out_format="csr", target=1.2),
         Case("mttkrp", "uniform", "ijk,jr,kr->ir", mttkrp_build, {"scipy": _mttkrp_scipy},
-             flops=lambda ops, ref: 3 * _nnz(ops[0]) * ops[1].shape[1],
-             bytes=lambda ops, ref: (coo3_bytes(ops[0]) + (ops[1].size + ops[2].size) * VB
-                                     + ops[0].shape[0] * ops[1].shape[1] * VB),
+             flops=lambda ops, ref: 3 * _nnz(ops[0]) * ops[1].shape[1], bytes=mttkrp_bytes,
              formats=("coo", "dense", "dense"), target=0.5),
         _spmv_case("tiny", lambda rng: (uniform_rows(10, 10, 3, rng), rng.random(10)), target=5.0,
                    note="per-call overhead"),
+        # --- the same inputs as users build them: int64 indices (sp.csr_array((data, (rows, cols))))
+        _spmv_case("uniform64", users(with_vec(uni(n_mv))), note="int64 indices, as users build them"),
+        _spmm_case(32, "uniform64", users(with_dense(uni(n_mm), 32))),
+        Case("mttkrp", "uniform64", "ijk,jr,kr->ir", users(mttkrp_build), {"scipy": _mttkrp_scipy},
+             flops=lambda ops, ref: 3 * _nnz(ops[0]) * ops[1].shape[1], bytes=mttkrp_bytes,
+             formats=("coo", "dense", "dense"), note="int64 coordinates, flagged non-canonical"),
+        # --- a semiring: SpMV over (min, +) (GraphBLAS's min_plus; every row has an entry).  Mid-size:
+        # sparsecc's semiring kernel reads x through an n x n dense temporary (n^2 memory and time)
+        _spmv_case("midsize", with_vec(uni(s(4_000, 1_000))), kernel="minplusmv", baselines=_minplus_baselines(),
+                   semiring="min_plus", note="semiring min_plus; n x n temporary inside sparsecc's kernel"),
         # --- more kernels
         _spmm_case(8, "uniform", with_dense(uni(n_mm), 8)),
         _spmm_case(128, "uniform", with_dense(uni(n_mm), 128)),

@@ -7,9 +7,15 @@ import scipy.sparse as sp
 
 
 def _comparable(x):
-    """A NumPy array or a SciPy sparse array from a sparsecc / SciPy / NumPy / torch result."""
+    """A NumPy array or a SciPy sparse array from a sparsecc / SciPy / NumPy / torch /
+    python-graphblas result (a GraphBLAS vector's missing entries read as 0)."""
     if sp.issparse(x):
         return x
+    if type(x).__module__.startswith("graphblas"):
+        import graphblas as gb
+        if isinstance(x, gb.Vector):
+            return x.to_dense(fill_value=0)
+        return gb.io.to_scipy_sparse(x, format="csr")
     if type(x).__module__.startswith("torch"):
         import torch
         if x.layout == torch.sparse_csr:

@@ -17,11 +17,11 @@ import numpy as np
 
 from .._machine import cpu_model
 from .bandwidth import stream_probe
-from .baselines import _torch
+from .baselines import _graphblas, _torch
 from .cases import IB, VB, Case, cases, select
 from .real import real_matrices
 from .report import LEGEND, chart, markdown, table
-from .runner import _torch_threads, all_cores, run_case
+from .runner import _peer_threads, all_cores, run_case
 
 SCHEMA = "sparsecc-bench/1"
 
@@ -32,9 +32,11 @@ def machine_info(threads: int) -> dict:
     import sparsecc as sc
     cpu = cpu_model()
     torch = _torch()
+    gb = _graphblas()
     return {"cpu": cpu, "cores": all_cores(), "threads": threads, "platform": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-            "torch": getattr(torch, "__version__", None), "sparsecc": sc.__version__,
+            "torch": getattr(torch, "__version__", None), "graphblas": getattr(gb, "__version__", None),
+            "sparsecc": sc.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "loadavg": list(os.getloadavg())}
 
 
@@ -116,7 +118,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
             # kernels loaded from it stay in this process's memory cache (k.ir() reads their
             # stages from the folder): remove it when the process ends, not now
             atexit.register(shutil.rmtree, tmp, True)
-        _torch_threads(all_cores())
+        _peer_threads(all_cores())
 
     failed = [r["id"] for r in rows if not r["ok"]]
     missed = [r["id"] for r in rows if r.get("target") and not r["target"]["met"]]
@@ -163,6 +165,6 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparsecc bench", description="the benchmark suite: sparsecc against SciPy/NumPy/torch")
+    p = argparse.ArgumentParser(prog="python -m sparsecc bench", description="the benchmark suite: sparsecc against SciPy/NumPy/torch/GraphBLAS")
     add_arguments(p)
     return run(p.parse_args(argv))

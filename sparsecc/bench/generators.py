@@ -1,5 +1,6 @@
 """Seeded input generators: uniform rows, 2-D/3-D Poisson, R-MAT, 3-D COO tensors (int32
-indices, as sparsecc reads them without copies)."""
+indices, as sparsecc reads them without copies), and :func:`user_built`: the same inputs as
+users build them (int64 indices)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,14 @@ def _int32(A: sp.csr_array) -> sp.csr_array:
     A.indices = A.indices.astype(np.int32, copy=False)
     A.indptr = A.indptr.astype(np.int32, copy=False)
     return A
+
+
+def user_built(A):
+    """``A`` rebuilt the way users build sparse arrays: ``sp.csr_array((data, (rows, cols)))``
+    for a matrix, ``sp.coo_array((data, coords))`` for a tensor, from int64 coordinates (what
+    ``np.nonzero``, ``np.unravel_index`` and ``np.arange`` give).  SciPy then keeps int64
+    indices, and flags the COO array as not canonical (it was built from coordinates)."""
+    if A.format == "coo":
+        return sp.coo_array((A.data.copy(), tuple(c.astype(np.int64) for c in A.coords)), shape=A.shape)
+    c = A.tocoo()
+    return sp.csr_array((c.data, (c.row.astype(np.int64), c.col.astype(np.int64))), shape=A.shape)

@@ -21,7 +21,8 @@ def _why(r: dict, width: int = 150) -> str:
 
 LEGEND = ("times: median per call in ms (us: microseconds); "
           "ratio = sparsecc time / baseline time (below 1: sparsecc is faster); speedup = 1-thread time / "
-          "all-cores time;\n%BW = GB/s against the measured DRAM read bandwidth (inputs that fit in the CPU "
+          "all-cores time;\nbest peer = the fastest of SciPy, torch and GraphBLAS on the row, r.best = sparsecc "
+          "time / its time; %BW = GB/s against the measured DRAM read bandwidth (inputs that fit in the CPU "
           "caches can exceed 100%)")
 
 
@@ -39,8 +40,8 @@ def table(rows: list[dict], targets: bool = False) -> str:
             ("speedup", 7, ">"), ("baseline", 16, ">"), ("ratio", 6, ">")]
     if targets:
         cols += [("target", 7, ">"), ("met", 14, "<")]
-    cols += [("torch", 9, ">"), ("r.torch", 7, ">"), ("GFLOP/s", 7, ">"), ("GB/s", 6, ">"), ("%BW", 4, ">"),
-             ("compile s", 9, ">")]
+    cols += [("torch", 9, ">"), ("r.torch", 7, ">"), ("best peer", 19, ">"), ("r.best", 6, ">"),
+             ("GFLOP/s", 7, ">"), ("GB/s", 6, ">"), ("%BW", 4, ">"), ("compile s", 9, ">")]
 
     def line(cells):
         return "  ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, cols)).rstrip()
@@ -58,7 +59,10 @@ def table(rows: list[dict], targets: bool = False) -> str:
                  _fmt(r["thread_speedup"]), f"{ref} {_ms(bases[ref]['ms'])}", _fmt(bases[ref]["ratio"])]
         if targets:
             cells += list(_target_cells(r))
-        cells += [_ms(torch["ms"]) if torch else "-", _fmt(torch["ratio"]) if torch else "-", _fmt(r["gflops"]),
+        peer = r.get("best_peer")
+        cells += [_ms(torch["ms"]) if torch else "-", _fmt(torch["ratio"]) if torch else "-",
+                  f"{peer['name']} {_ms(peer['ms'])}" if peer else "-", _fmt(peer["ratio"]) if peer else "-",
+                  _fmt(r["gflops"]),
                   _fmt(r["gbs"], ".1f"), _fmt(None if r["bw_fraction"] is None else 100 * r["bw_fraction"], ".0f"),
                   _fmt(r["compile_s"])]
         lines.append(line(cells))
@@ -68,13 +72,14 @@ def table(rows: list[dict], targets: bool = False) -> str:
 def markdown(rows: list[dict], targets: bool = False) -> str:
     """The report as a Markdown table.  ``targets``: add the development targets' column."""
     out = [("| kernel | input | shape / nnz | sparsecc ms | 1 thread ms | speedup | baseline ms | ratio "
-            + ("| target " if targets else "") + "| torch ms | ratio torch | GFLOP/s | GB/s | % BW | compile s |"),
-           "|---|---|---|---:|---:|---:|---|---:|" + ("---|" if targets else "") + "---:|---:|---:|---:|---:|---:|"]
+            + ("| target " if targets else "") + "| torch ms | ratio torch | best peer ms | ratio best peer | GFLOP/s "
+            "| GB/s | % BW | compile s |"),
+           "|---|---|---|---:|---:|---:|---|---:|" + ("---|" if targets else "") + "---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         shape = "x".join(map(str, r.get("shape", []))) + f" / {r.get('nnz', '-')}"
         if not r["ok"]:
             why = _why(r, 300).replace("|", "\\|")
-            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * (11 if targets else 10)}|")
+            out.append(f"| {r['kernel']} | {r['input']} | {shape} | FAILED: {why} {'| ' * (13 if targets else 12)}|")
             continue
         bases = r["baselines"]
         ref = next(iter(bases))
@@ -85,12 +90,15 @@ def markdown(rows: list[dict], targets: bool = False) -> str:
         if tt is not None:
             target += f"; speedup >= {tt['speedup']:g}: " + {True: "met", False: "**missed**", None: "n/a"}[tt["met"]]
         torch = bases.get("torch")
+        peer = r.get("best_peer")
         bw = r["bw_fraction"]
         out.append(
             f"| {r['kernel']} | {r['input']} | {shape} | {r['sparsecc_ms']:.3g} | {_fmt(r['sparsecc_1t_ms'], '.3g')} "
             f"| {_fmt(r['thread_speedup'])} | {ref} {bases[ref]['ms']:.3g} | {bases[ref]['ratio']:.2f} "
             f"{'| ' + target + ' ' if targets else ''}"
-            f"| {_fmt(torch and torch['ms'], '.3g')} | {_fmt(torch and torch['ratio'])} | {r['gflops']:.2f} "
+            f"| {_fmt(torch and torch['ms'], '.3g')} | {_fmt(torch and torch['ratio'])} "
+            f"| {peer['name'] + ' ' + format(peer['ms'], '.3g') if peer else '-'} | {_fmt(peer and peer['ratio'])} "
+            f"| {r['gflops']:.2f} "
             f"| {r['gbs']:.1f} | {_fmt(None if bw is None else 100 * bw, '.0f')} | {_fmt(r['compile_s'])} |")
     return "\n".join(out)
 
@@ -103,10 +111,10 @@ def chart(rows: list[dict], path: str, title: str = "", targets: bool = False) -
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if r["ok"] and r.get("baselines")]
-    names = sorted({b for r in done for b in r["baselines"]}, key=lambda b: (b == "torch", b))
+    names = sorted({b for r in done for b in r["baselines"]}, key=lambda b: (b in ("torch", "graphblas"), b))
     fig, ax = plt.subplots(figsize=(9, 0.32 * max(len(done), 4) + 1.4))
     h = 0.8 / max(len(names), 1)
-    colors = {"scipy": "#1f77b4", "numpy": "#2ca02c", "torch": "#ff7f0e"}
+    colors = {"scipy": "#1f77b4", "numpy": "#2ca02c", "torch": "#ff7f0e", "graphblas": "#9467bd"}
     for j, b in enumerate(names):
         ys = [i + (j - (len(names) - 1) / 2) * h for i, r in enumerate(done) if b in r["baselines"]]
         xs = [r["baselines"][b]["ratio"] for r in done if b in r["baselines"]]

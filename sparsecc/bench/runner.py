@@ -9,16 +9,28 @@ import time
 import numpy as np
 
 from ..runtime.threads import set_num_threads
-from .baselines import _torch
+from .baselines import PEERS, _torch, graphblas_threads
 from .cases import Case, _nnz
 from .check import _comparable, check_result
 from .timing import measure
 
 
-def _torch_threads(n: int):
+def _peer_threads(n: int):
+    """torch's and GraphBLAS's thread counts (the peers run on as many threads as sparsecc)."""
     torch = _torch()
     if torch is not None:
         torch.set_num_threads(n)
+    graphblas_threads(n)
+
+
+def best_peer(row: dict) -> dict | None:
+    """The fastest of the row's peers (``baselines.PEERS``: SciPy, torch, GraphBLAS) that
+    agree with the reference: its name, ms and sparsecc's ratio to it; None without one."""
+    peers = [(b["ms"], name) for name, b in row["baselines"].items() if name in PEERS and b["agrees"]]
+    if not peers:
+        return None
+    ms, name = min(peers)
+    return {"name": name, "ms": ms, "ratio": row["sparsecc_ms"] / ms}
 
 
 #: idle seconds before each library's timing phase: the previous phase's OpenMP workers
@@ -68,7 +80,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
                 named = dict(zip(case.names, ops))
                 call = lambda: k(**named)
             else:
-                k = sc.compile(case.expr, *case.formats, out_format=case.out_format)
+                k = sc.compile(case.expr, *case.formats, out_format=case.out_format, semiring=case.semiring)
                 call = lambda: k(*ops)
         else:
             call = lambda: kernel(*ops)
@@ -76,7 +88,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
 
         # compile + first call, at all cores (as a user's first call runs)
         set_num_threads(threads)
-        _torch_threads(threads)
+        _peer_threads(threads)
         misses = STATS.misses
         t = time.perf_counter()
         got = call()
@@ -124,6 +136,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
             tb = measure(fn, repeat, budget)
             row["baselines"][name] = {"ms": tb["median_s"] * 1e3, "ratio": row["sparsecc_ms"] / (tb["median_s"] * 1e3),
                                       "agrees": not bad}
+        row["best_peer"] = best_peer(row)
         if case.target is not None:
             mine = row["sparsecc_1t_ms"] if case.target_threads == "1" else row["sparsecc_ms"]
             ratio = mine / row["baselines"][ref_name]["ms"] if mine is not None else None

@@ -28,13 +28,14 @@ from ..expr import Statement, accesses, describe, index_sizes
 from ..formats import Format, resolve
 from . import specialization as _spec
 from .loader import STATS, Loaded
+from . import memref as _memref
 from .memref import ArgPacker, describe as describe_array, specifier
-from .operands import (INT32_MAX, aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound,
-                       own_widths)
+from .operands import (_INDEX, INT32_MAX, aos_like, as_operand, coo_aos, default_format, index_dtypes,
+                       load_compressed, load_csr1d, load_dense, loader, nnz_bound, own_widths)
 from .results import result_view, wrap
-from .specialization import (Compiled, _check_blocks, _for_sparse_result, _result_dtype,
+from .specialization import (HUGE_FACTOR, HUGE_SLACK, Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
-from .validate import check_deferred, check_widths, known_orders, validate
+from .validate import SMALL, _small_compressed_ok, check_deferred, check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -86,7 +87,7 @@ class _CallInfo:
     """What every call of one kernel shares: how operands are named in messages, where
     each index takes its size from, and the call plans made so far."""
 
-    __slots__ = ("stmt", "n", "named", "whats", "slot", "src", "same", "ranks", "out_slots", "plans")
+    __slots__ = ("stmt", "n", "named", "whats", "slot", "src", "same", "ranks", "out_slots", "plans", "fast")
 
     def __init__(self, stmt: Statement):
         ops = stmt.operands
@@ -111,6 +112,8 @@ class _CallInfo:
         self.ranks = tuple(dict.fromkeys(ranks))
         self.out_slots = tuple(self.slot[i] for i in stmt.indices)
         self.plans: dict = {}
+        #: the repeated-call path of the plan used last (see :func:`_fast_source`), or None
+        self.fast = None
 
     def sizes(self, shapes: list) -> list[int]:
         """The size of every index (in slot order); a ShapeError where shapes disagree."""
@@ -175,6 +178,7 @@ class _Plan:
     packer: ArgPacker
     #: operands whose indices range check the kernel does itself (validate.check_deferred)
     guarded: frozenset = frozenset()
+    fast: object = None             # the repeated-call path (see _fast_source), or None
 
     def current(self, k: "Kernel") -> bool:
         if self.library is not None:
@@ -327,7 +331,26 @@ def operand_widths(self, f: Format, x, shape, what: str, wide) -> Format:
     check_widths(f, shape, nnz, what)
     return f
 
+#: the repeated-call path is on (tests that spy on ``ArgPacker.pack`` turn it off)
+FAST = True
+_MISS = object()
+
+
 def call(self, *args, **kwargs):
+    """``Kernel.__call__``: the plan used last, through its repeated-call path when the
+    operands are of its kind (:func:`_fast_source`: every check still runs), else the
+    general path."""
+    info = self._call_info
+    if info is not None and not kwargs and FAST:
+        fast = info.fast
+        if fast is not None:
+            got = fast(self, args)
+            if got is not _MISS:
+                return got
+    return _call_general(self, args, kwargs)
+
+
+def _call_general(self, args, kwargs):
     info = self._call_info or self._static()
     if kwargs or info.named or len(args) != info.n:
         args = self.bind(*args, **kwargs)
@@ -381,6 +404,8 @@ def call(self, *args, **kwargs):
         STATS.hits += 1                 # a call served by a loaded kernel
     elif plan is None or not plan.current(self):
         plan = info.plans[pkey] = self._prepare(values, keys, shapes, sizes, wide, huge)
+        plan.fast = _fast_call(self, info, plan, keys, wide, huge, pkey[2] is not None)
+    info.fast = plan.fast
     comp = self._last = plan.comp
     if defer:
         check_deferred(defer, plan.guarded)
@@ -446,3 +471,147 @@ def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
         raise OperandError(f"sparsecc: an operand of {what} holds an index out of range")
     if rc:
         raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)")
+
+
+# ---------------------------------------------------------------- the repeated-call path
+_FAST_LOADERS = (load_dense, load_compressed, load_csr1d)
+
+
+def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_keyed):
+    """The repeated-call path of ``plan`` (a function ``fast(kernel, args)``), or None where
+    the plan's kind of call is not one it covers."""
+    src = _fast_source(kernel, info, plan, keys, wide, huge, shape_keyed)
+    if src is None:
+        return None
+    source, consts = src
+    namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.zeros, "_spec": _spec, "_STATS": STATS,
+                 "_small_ok": _small_compressed_ok, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
+                 "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
+                 "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
+                 "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
+                 "_MINE": plan.packer._mine, "_BLOCK": plan.packer.block, **consts}
+    exec(source, namespace)     # noqa: S102 - our own source, made from the plan
+    return namespace["fast"]
+
+
+def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_keyed):
+    """Straight-line Python for calls of ``plan``'s kind: ``(source, constants)``, or None.
+
+    The function it defines returns ``_MISS`` (and the general path runs) unless every
+    operand is exactly of the plan's kind - the same types, value and index dtypes (by
+    identity), ranks, C-contiguous buffers, canonical (sorted, duplicate-free) CSR/CSC, the
+    same index-width and huge-dimension classes, shapes that agree - and the plan's kernel
+    is still the loaded one.  Then it does what the general path does, without its lists:
+    validates each sparse operand (``check``), allocates a dense result, writes the argument
+    block, calls ``sparsecc_entry`` and wraps the result.  It covers plans whose operands
+    pass to the kernel as they are (NumPy arrays; CSR/CSC and 1-D CSR arrays in their own
+    layout and index widths); the rest (COO, BSR, other formats or widths, value
+    conversions, 64-bit or huge-dimension calls, AOT kernels) always take the general path."""
+    if (wide is not None or huge or shape_keyed or kernel._auto_bsr or plan.converts is not None
+            or plan.library is not None or plan.key is None
+            or (plan.out_fmt is not None and plan.out_fmt.block is not None)):
+        return None
+    consts = {"_COMP": plan.comp, "_KEY": plan.key, "_ENTRY": plan.comp.entry, "_ODT": plan.out_dtype,
+              "_SOURCE": kernel.source, "_OUTF": plan.out_fmt, "_RAT": plan.packer.result_at}
+    n = info.n
+    names = [f"a{k}" for k in range(n)]
+    lines = [f"if len(args) != {n}:", "    return _MISS"]
+    if n:
+        lines.append(f"{', '.join(names)}, = args")
+    dims: list[list[str]] = []
+    counts: list[str] = []
+    layout = []             # fill_source's operands
+    checks = []             # the validation lines (when kernel.check)
+    after = []              # after validation: what reads beyond the structure
+    for k, (key, load, fmt) in enumerate(zip(keys, plan.loaders, plan.formats)):
+        if load not in _FAST_LOADERS:
+            return None
+        a = names[k]
+        consts[f"_T{k}"] = key[0]
+        consts[f"_DT{k}"] = key[1]
+        consts[f"_W{k}"] = info.whats[k]
+        if load is load_dense:
+            if key[0] is not np.ndarray:
+                return None
+            r = key[2]
+            lines += [f"if type({a}) is not _ndarray or {a}.dtype is not _DT{k} or not {a}.flags.c_contiguous:",
+                      "    return _MISS",
+                      f"sh{k} = {a}.shape"]
+            counts.append(f"{a}.size")
+            dk = [f"x{k}_{d}" for d in range(r)]
+            lines += [f"if len(sh{k}) != {r}:", "    return _MISS"]
+            if r:
+                lines.append(f"{', '.join(dk)}, = sh{k}")
+            layout.append((a, dk))
+            dims.append(dk)
+            continue
+        t, _, r, idx = key
+        if len(idx) != 2 or _INDEX[fmt.pos_width] != idx[0] or _INDEX[fmt.crd_width] != idx[1] or \
+                fmt.block is not None:
+            return None     # another width than the operand's own: copied by the general path
+        consts[f"_PT{k}"], consts[f"_IT{k}"] = idx
+        v, p, i = f"v{k}", f"p{k}", f"i{k}"
+        lines += [f"if type({a}) is not _T{k}:", "    return _MISS",
+                  f"{v} = {a}.data", f"{p} = {a}.indptr", f"{i} = {a}.indices",
+                  f"if type({v}) is not _ndarray or type({p}) is not _ndarray or type({i}) is not _ndarray:",
+                  "    return _MISS",
+                  f"if {v}.dtype is not _DT{k} or {p}.dtype is not _PT{k} or {i}.dtype is not _IT{k}:",
+                  "    return _MISS",
+                  f"sh{k} = {a}.shape",
+                  f"if len(sh{k}) != {r}:", "    return _MISS"]
+        dk = [f"x{k}_{d}" for d in range(r)]
+        lines.append(f"{', '.join(dk)}, = sh{k}")
+        counts.append(f"{v}.size")
+        if load is load_compressed and r == 2:
+            outer, inner = (dk[fmt.order[0]], dk[fmt.order[1]])
+            # (validate's own check over Python lists where it takes them, else validate)
+            checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}):",
+                       f"    _validate({a}, _W{k}, defer, {k})"]
+        else:
+            checks.append(f"_validate({a}, _W{k})")
+        after += [f"if not {a}.has_canonical_format:", "    return _MISS",
+                  f"if not ({p}.flags.c_contiguous and {i}.flags.c_contiguous and {v}.flags.c_contiguous):",
+                  "    return _MISS"]
+        layout.append(([p, i, v], [dk[d] for d in fmt.order]))
+        dims.append(dk)
+    # every index's size, and the shapes that must agree
+    size = []
+    for j, at in enumerate(info.src):
+        if at is None:
+            return None
+        size.append(dims[at[0]][at[1]])
+    for k, d, j in info.same:
+        lines += [f"if {dims[k][d]} != {size[j]}:", "    return _MISS"]
+    # the index-width and huge-dimension classes: both "no" (specialization.huge_dimension)
+    if counts:
+        lines += [f"if {' or '.join(f'{c} > {INT32_MAX}' for c in counts)}:", "    return _MISS"]
+    if size:
+        lines.append(f"m = max({', '.join(size)})" if len(size) > 1 else f"m = {size[0]}")
+        stored = " + ".join(counts)
+        lines += [f"if m > {HUGE_SLACK} and (m > {INT32_MAX} or m > {HUGE_FACTOR} * ({stored}) + {HUGE_SLACK}):",
+                  "    return _MISS"]
+    out_dims = [size[j] for j in info.out_slots]
+    if len(out_dims) > 1:
+        lines += [f"if {' * '.join(out_dims)} > {INT32_MAX}:", "    return _MISS"]
+    lines += ["if _spec._loaded.get(_KEY) is not _COMP or kernel._library is not None:", "    return _MISS"]
+    lines.append("defer = [] if kernel.check else None")
+    if checks:
+        lines.append("if kernel.check:")
+        lines += [f"    {c}" for c in checks]
+        # indices range checks the kernel does itself (passes/guards.py), the rest now
+        lines += ["    if defer:", "        _check_deferred(defer, _GUARDED)"]
+    lines += after
+    lines += ["_STATS.hits += 1", "kernel._last = _COMP"]
+    out_shape = f"({', '.join(out_dims)}{',' if len(out_dims) == 1 else ''})"
+    dense_out = plan.out_fmt is None
+    if dense_out:
+        lines.append(f"out = _zeros({out_shape}, _ODT)")
+    lines += ["try:", "    block, base = _MINE.block", "except AttributeError:", "    block, base = _BLOCK()"]
+    fill, pack = _memref.fill_source([size[j] for j in plan.size_slots], layout,
+                                     ("out", out_dims) if dense_out else None, plan.packer.args_at // 8)
+    lines += fill + [pack, "rc = _ENTRY(base)", "if rc:", "    _failed(_SOURCE, rc, defer)"]
+    if dense_out:
+        lines.append("return out" if out_dims else "return out[()]")
+    else:
+        lines.append(f"return _wrap(_OUTF, {out_shape}, _ODT, _result_view(_OUTF, block, _RAT), kernel.prune)")
+    return "def fast(kernel, args):\n" + "".join(f"    {ln}\n" for ln in lines), consts

@@ -156,34 +156,64 @@ class ArgPacker:
         return self._pack(self.block, scalars, operands, out)
 
 
+def fill_source(scalars: list[str], operands: list, out, at: int) -> tuple[list[str], str]:
+    """The code that writes one call's arguments into a block (see :class:`ArgPacker`):
+    ``(lines, call)``.  ``scalars``: an expression per size; ``operands``: per operand
+    ``(buffers, levels)`` (sparse: a variable name per buffer, an expression per level size)
+    or ``(name, rank)`` (a dense array held in variable ``name``; instead of its rank, a list
+    of expressions for its dimensions where they are read already); ``out``: the same for a
+    dense result, or None.  The lines read each array's address and size (and a dense
+    array's shape, unpacked to its rank: a shape that does not fit raises ``ValueError``);
+    ``call`` is one ``_pack_into(block, ...)`` (``_word``, ``_HEADER``, ``_address`` and
+    ``_pack_into`` are names of the namespace the code runs in)."""
+    addr = "_word(id({0}) + _HEADER).value" if address is _address_from_header else "_address({0})"
+    body, words = [], list(scalars)
+
+    def dense(name: str, rank):
+        body.append(f"p_{name} = {addr.format(name)}")
+        words.extend([f"p_{name}", f"p_{name}", "0"])
+        if not isinstance(rank, int):       # the dimensions' expressions, already read
+            dims, rank = list(rank), len(rank)
+        elif rank:
+            dims = [f"d_{name}_{k}" for k in range(rank)]
+            body.append(f"{', '.join(dims)}, = {name}.shape")
+        if rank == 0:                       # a 0-d operand may arrive as shape (1,): not read
+            return
+        words.extend(dims)
+        words.extend("*".join(dims[k + 1:]) or "1" for k in range(rank))
+
+    for first, second in operands:
+        if isinstance(first, str):
+            dense(first, second)
+            continue
+        for b in first:
+            body.append(f"n_{b} = {b}.size")
+            body.append(f"p_{b} = {addr.format(b)}")
+            words.extend([f"p_{b}", f"p_{b}", "0", f"n_{b}", "1"])
+        words.extend(second)
+        words.extend(f"n_{b}" for b in first)
+    if out is not None:
+        dense(*out)
+    return body, f"_pack_into(block, {8 * at}, {', '.join(words)})"
+
+
 def _packer_source(nscalars: int, operands: list, out, at: int) -> str:
     """Straight-line Python for one layout: unpack, read addresses, one ``pack_into``.
     Every unpacking names its count, so a buffer list or a shape that does not fit the
     layout raises ``ValueError`` instead of reaching native code."""
-    addr = "_word(id({0}) + _HEADER).value" if address is _address_from_header else "_address({0})"
-    body, words = [], []
+    body = []
 
     def one(names: str) -> str:             # a tuple target, even of one name
         return names + ","
 
-    def dense(name: str, rank: int):
-        body.append(f"p_{name} = {addr.format(name)}")
-        words.extend([f"p_{name}", f"p_{name}", "0"])
-        if rank == 0:                       # a 0-d operand may arrive as shape (1,): not read
-            return
-        dims = [f"d_{name}_{k}" for k in range(rank)]
-        body.append(f"{one(', '.join(dims))} = {name}.shape")
-        words.extend(dims)
-        words.extend("*".join(dims[k + 1:]) or "1" for k in range(rank))
-
     sc = [f"s{k}" for k in range(nscalars)]
     if sc:
         body.append(f"{one(', '.join(sc))} = scalars")
-        words.extend(sc)
     ops = [f"o{k}" for k in range(len(operands))]
     lv = [f"l{k}" for k in range(len(operands))]
     if ops:
         body.append(f"{one(', '.join(f'({o}, {v})' for o, v in zip(ops, lv)))} = operands")
+    layout = []
     for k, op in enumerate(operands):
         if isinstance(op, tuple):
             nbuf, nlvl = op
@@ -191,19 +221,13 @@ def _packer_source(nscalars: int, operands: list, out, at: int) -> str:
             body.append(f"{one(', '.join(bufs))} = o{k}")
             lvls = [f"v{k}_{j}" for j in range(nlvl)]
             body.append(f"{one(', '.join(lvls))} = l{k}")
-            for b in bufs:
-                body.append(f"n_{b} = {b}.size")
-                body.append(f"p_{b} = {addr.format(b)}")
-                words.extend([f"p_{b}", f"p_{b}", "0", f"n_{b}", "1"])
-            words.extend(lvls)
-            words.extend(f"n_{b}" for b in bufs)
+            layout.append((bufs, lvls))
         else:
-            dense(f"o{k}", op)
-    if not isinstance(out, tuple):
-        dense("out", out)
+            layout.append((f"o{k}", op))
+    fill, call = fill_source(sc, layout, None if isinstance(out, tuple) else ("out", out), at)
     lines = ["def pack(block_of, scalars, operands, out):", "    block, base = block_of()"]
-    lines += [f"    {b}" for b in body]
-    lines.append(f"    _pack_into(block, {8 * at}, {', '.join(words)})")
+    lines += [f"    {b}" for b in body + fill]
+    lines.append(f"    {call}")
     lines.append("    return block, base")
     return "\n".join(lines) + "\n"
 
