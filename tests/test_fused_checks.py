@@ -120,11 +120,12 @@ def test_bad_indices_raise_operand_error_in_a_subprocess(kernel, threads):
         assert c["error"] is not None and c["needle"] in c["error"], c
         assert "operand 0" in c["error"] and "indices" in c["error"], c
         assert c["untouched"], c
-        # the deferred check ran twice: skipped for the guarded operand, then (after the kernel
-        # found the bad index itself) for the message
-        if c["seen"] == [[0], []]:
+        # the deferred check skipped the guarded operand (twice when the repeated-call path
+        # validated, then declined a non-canonical operand), then ran once for the message
+        # after the kernel found the bad index itself
+        if c["seen"] and c["seen"][-1] == [] and all(g == [0] for g in c["seen"][:-1]) and len(c["seen"]) in (2, 3):
             fused += 1
-    assert fused == len(lines), [c for c in lines if c["seen"] != [[0], []]]
+    assert fused == len(lines), [c for c in lines if c["seen"][-1:] != [[]]]
 
 
 def test_mttkrp_coo_bad_coordinate_in_a_subprocess():

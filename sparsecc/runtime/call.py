@@ -552,6 +552,8 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         consts[f"_PT{k}"], consts[f"_IT{k}"] = idx
         v, p, i = f"v{k}", f"p{k}", f"i{k}"
         lines += [f"if type({a}) is not _T{k}:", "    return _MISS",
+                  # known non-canonical (SciPy's cached flag): decline before validating twice
+                  f"if {a}.__dict__.get('_has_canonical_format', True) is False:", "    return _MISS",
                   f"{v} = {a}.data", f"{p} = {a}.indptr", f"{i} = {a}.indices",
                   f"if type({v}) is not _ndarray or type({p}) is not _ndarray or type({i}) is not _ndarray:",
                   "    return _MISS",
