@@ -272,3 +272,22 @@ def test_graphblas_absent_is_skipped_cleanly(tmp_path, capsys, monkeypatch):
         assert x["ok"] and "graphblas" not in x["baselines"]
     assert r["results"][0]["best_peer"]["name"] in ("scipy", "torch")
     assert r["results"][1]["best_peer"] is None              # min_plus: no peer but graphblas
+
+
+def test_forward_backward_rows_are_part_of_a_whole_run(tmp_path, capsys, monkeypatch):
+    """The fwd+bwd rows (bench/torch_rows.py, timed for real in test_torch_bench_rows) run
+    with the whole suite, print their table and land in the JSON; --kernels or --no-fwd-bwd
+    leave them out."""
+    from sparsecc.bench import cli, torch_rows
+    seen = []
+    fake = [{"kernel": "spmm fwd+bwd", "n": 10, "nnz": 3, "k": 2, "threads": 1, "sparsecc_s": 1e-3,
+             "torch_sparse_s": 2e-3, "ratio": 2.0}]
+    monkeypatch.setattr(torch_rows, "rows", lambda **kw: seen.append(kw) or fake)
+    args = _args(tmp_path, kernels=None)
+    assert cli._fwd_bwd(args, None) == fake and seen and seen[0]["n"] == 1000
+    assert "| spmm fwd+bwd | 10 | 3 |" in capsys.readouterr().out
+    assert cli._fwd_bwd(_args(tmp_path, kernels="spmv"), None) == []
+    assert cli._fwd_bwd(_args(tmp_path, kernels=None, no_fwd_bwd=True), None) == []
+    args = _args(tmp_path, kernels="spmv:tiny")
+    assert bench.run(args) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["fwd_bwd"] == []

@@ -58,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", action="store_true",
                    help="also show the development targets (ratio ceilings) per row and whether this run met them")
     p.add_argument("--list", action="store_true", help="list the kernels and inputs, run nothing")
+    p.add_argument("--no-fwd-bwd", action="store_true",
+                   help="skip the forward+backward rows (sparsecc.torch against torch.sparse; they run "
+                        "when torch is installed and --kernels is not given)")
 
 
 def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
@@ -120,6 +123,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
             atexit.register(shutil.rmtree, tmp, True)
         _peer_threads(all_cores())
 
+    fwd_bwd = _fwd_bwd(args, out)
     failed = [r["id"] for r in rows if not r["ok"]]
     missed = [r["id"] for r in rows if r.get("target") and not r["target"]["met"]]
     thr_missed = [r["id"] for r in rows if r.get("thread_target") and r["thread_target"]["met"] is False]
@@ -134,6 +138,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
         "real_matrices": [{"name": n, "source": src, "shape": list(A.shape), "nnz": int(A.nnz)}
                           for n, (src, A) in real.items()],
         "results": rows,
+        "fwd_bwd": fwd_bwd,
         "summary": {"failed": failed, "targets_missed": missed, "thread_targets_missed": thr_missed,
                     "targets_met": [r["id"] for r in rows if r.get("target") and r["target"]["met"]]},
     }
@@ -162,6 +167,22 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     if written:
         print(f"wrote {', '.join(written)}", file=out)
     return 1 if failed else 0
+
+
+def _fwd_bwd(args, out) -> list[dict]:
+    """The forward+backward rows (bench/torch_rows.py) when torch is installed, the whole
+    suite runs (no --kernels) and --no-fwd-bwd is not given; printed as a second table."""
+    if getattr(args, "no_fwd_bwd", False) or args.kernels:
+        return []
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return []
+    from . import torch_rows
+    rs = torch_rows.rows(n=1000 if args.small else 4096, rounds=2 if args.small else 5, seed=args.seed)
+    print("\nforward+backward (sparsecc.torch vs torch.sparse; above 1: sparsecc faster)\n"
+          + torch_rows.table(rs), file=out, flush=True)
+    return rs
 
 
 def main(argv=None) -> int:

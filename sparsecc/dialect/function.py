@@ -160,7 +160,7 @@ class _Function(Workarounds, Temporaries):
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
         if sparse_loop:
-            swaps = self.broadcasts(body_expr, dims)
+            swaps = self.broadcasts(body_expr, dims, stored=red_op != "sum")
             if swaps:
                 body_expr = replace_accesses(body_expr, swaps, self.node_dtypes)
                 ins = list(dict.fromkeys(a for a in accesses(body_expr)))

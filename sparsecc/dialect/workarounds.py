@@ -134,13 +134,17 @@ class Workarounds:
                 swaps[a] = self.kept_first_copy(a, out_idx)
         return swaps
 
-    def broadcasts(self, e: Expr, dims) -> dict:
+    def broadcasts(self, e: Expr, dims, stored: bool = False) -> dict:
         """Dense operands to read broadcast over the loops of a sparse operand they meet in a
         union (``A[i,j] + y[i]`` over CSR, ``- max min <``...; CSC with ``y[j]``; COO with
         either): MLIR 22's sparsifier crashes (SIGSEGV) on a union of a sparse level with a
         dense value invariant in that level's loop.  Such a dense access becomes a dense
         temporary over the sparse side's indices too (``Y[i,j] = y[i]``), which the union
-        then co-iterates like any dense matrix.  Returned as {access: replacement}."""
+        then co-iterates like any dense matrix.  Returned as {access: replacement}.
+
+        ``stored``: ``e`` is the body of a monoid reduction (a semiring's ``min[j](A + x)``),
+        read in stored mode: its binary ops are intersections, which need no copy (the copy
+        was an n x n temporary for a ``min_plus`` SpMV)."""
         swaps = {}
 
         def visit(node, stored):
@@ -167,7 +171,7 @@ class Workarounds:
                             swaps[a] = self.broadcast_copy(a, tuple(i for i in dims if i in want))
             for c in children(node):
                 visit(c, stored)
-        visit(e, False)
+        visit(e, stored)
         return swaps
 
     def unblock(self, a: Access) -> None:
