@@ -4,7 +4,7 @@ and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specializ
 
 from __future__ import annotations
 
-from ..dialect import handwritten
+from ..dialect import handwritten, handwritten_mttkrp
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
 from ..options import Options
@@ -17,6 +17,9 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     mlir, mod)`` builds the ``Compiled`` (specialization.py's).  ``huge`` (a dimension much
     larger than the stored entries): SpGEMM's per-thread workspaces are the size of the
     result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
+    got = _mttkrp(stmt, formats, dtypes, options, out_format, make)
+    if got is not None:
+        return got
     plan = handwritten.match(stmt, formats, dtypes, out_format)
     if plan is None or (huge and plan.kind == "spgemm"):
         return None
@@ -25,6 +28,22 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     mlir = handwritten.emit(plan, fmts, out_format, dtypes[0], parallel)
     mod = load_module(mlir, what=f"'{stmt}' ({plan.kind}, hand-written loops)", options=options, memo=False)
     sig = KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], out_format)
+    n = len(plan.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
+    if len(mod.info["arg_types"]) != n:
+        raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
+                            f"{len(mod.info['arg_types'])} arguments, the runtime expected {n}")
+    return make(mod.key, sig, mlir, mod)
+
+
+def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
+    """MTTKRP over a 3-D COO operand with a dense result (dialect/handwritten_mttkrp.py), or None."""
+    plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) == 3 else None
+    if plan is None:
+        return None
+    parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
+    mlir = handwritten_mttkrp.emit(plan, dict(zip(stmt.operands, formats)), dtypes[0], parallel)
+    mod = load_module(mlir, what=f"'{stmt}' (mttkrp, hand-written loops)", options=options, memo=False)
+    sig = KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], None)
     n = len(plan.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
     if len(mod.info["arg_types"]) != n:
         raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "

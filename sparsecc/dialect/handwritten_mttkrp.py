@@ -1,0 +1,295 @@
+"""A hand-written loop kernel for MTTKRP over a 3-D COO operand (issue 14).
+
+``M[i,r] = sum[j,k](A[i,j,k] * B[j,r] * C[k,r])`` (the einsum ``ijk,jr,kr->ir``; the factors
+in any operand order, either of them stored transposed (``B[r,j]``), the result ``M[r,i]``
+too) with A a 3-D COO tensor (one coordinate array per dimension, or the columns of one
+(nnz, 3) array: MLIR's SoA / AoS COO), B and C dense, a dense result.  MLIR's sparsifier
+walks A's COO segments in nested ``scf.while`` loops that never run in parallel and
+multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
+
+* walks A's entries in (i, j) segments: ``t[r] = sum_k A[i,j,k] * C[k,r]`` into a small
+  buffer (on the stack up to ``STACK_R`` columns, else on the heap), then
+  ``M[i,r] += B[j,r] * t[r]`` once per segment: the B factor is out of the k loop;
+* runs in parallel over *slots* of ``SLOT`` consecutive entries.  A slot owns the i-slices
+  whose first entry lies in it, and computes each of them to its end (past the slot when
+  the slice is longer); a slot in the middle of a long slice has nothing to do.  Each row
+  of M is therefore written by one thread in a fixed order: no atomics, and the result does
+  not depend on the thread count, bit for bit.  The loop over slots is an ``scf.parallel``
+  (OpenMP through the ordinary pipeline); its work measure (``passes/rewrites.py``
+  ``thread_count``: iterations x ``ROW_WORK`` for a loop that reads no positions buffer)
+  is the stored entries, as ``SLOT == ROW_WORK``.
+
+A's coordinates are canonical here (sorted, distinct): the runtime's COO loaders pass a
+canonical operand as it is and sum a non-canonical one on a copy (``runtime/operands.py``);
+the ownership rule needs only that each i-slice is contiguous.
+
+The function has the arguments of the sparsifier's kernel for the same statement after
+``sparse-tensor-codegen`` (the sizes, A's positions, coordinates, values and specifier, the
+dense factors, the output memref), so the call path packs it unchanged; the output arrives
+zeroed (``np.zeros``, runtime/call.py) as for the sparsifier's kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes as dt
+from ..expr import Access, Binary, Reduce, Statement, accesses
+from ..formats import Format
+from ..passes.rewrites import ROW_WORK
+from .handwritten import _Text, _factors, _ity, _module
+
+#: entries per parallel iteration: the thread-count rewrite counts ROW_WORK per iteration
+#: of a loop that reads no positions buffer, so one slot of ROW_WORK entries counts as
+#: its entries (the work threshold then compares stored entries, as for a CSR row loop)
+SLOT = ROW_WORK
+#: ranks up to this many columns keep the per-segment buffer on the stack
+STACK_R = 64
+
+_KINDS = ("float", "int")
+_SOA = ("compressed(nonunique)", "singleton(nonunique, soa)", "singleton(soa)")
+_AOS = ("compressed(nonunique)", "singleton(nonunique)", "singleton")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recognised MTTKRP: the operand names of A, B (the factor of A's level-1 index j)
+    and C (of its level-2 index k), whether B / C / the result are stored transposed, and
+    whether A's coordinates are one interleaved (AoS) buffer."""
+
+    kind: str
+    roles: tuple[tuple[str, str], ...]
+    index_order: tuple[str, ...]
+    i: str
+    j: str
+    k: str
+    r: str
+    b_t: bool
+    c_t: bool
+    m_t: bool
+    aos: bool
+
+    def role(self, name: str) -> str:
+        return {n: r for r, n in self.roles}[name]
+
+
+def _coo3(f: Format | None) -> str | None:
+    if f is None or f.is_dense or f.block is not None or tuple(f.order or (0, 1, 2)) != (0, 1, 2):
+        return None
+    if f.pos_width not in (32, 64) or f.crd_width not in (32, 64):
+        return None
+    return "soa" if f.levels == _SOA else "aos" if f.levels == _AOS else None
+
+
+def _dense2(f: Format) -> bool:
+    return f.is_dense and f.block is None and tuple(f.order or (0, 1)) == (0, 1)
+
+
+def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+          out_format: Format | None) -> Plan | None:
+    """The hand-written MTTKRP for this specialization, or None (the sparsifier's kernel)."""
+    if out_format is not None or len(stmt.indices) != 2 or len(stmt.operands) != 3 or len(set(dtypes)) != 1:
+        return None
+    if dt.TABLE[dtypes[0]].kind not in _KINDS:
+        return None
+    e = stmt.expr
+    if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 2):
+        return None
+    facs = _factors(e.body)
+    if facs is None or len(facs) != 3 or len({a.tensor for a in facs}) != 3:
+        return None
+    fmts = dict(zip(stmt.operands, formats))
+    sparse = [a for a in facs if len(a.indices) == 3]
+    if len(sparse) != 1:
+        return None
+    A = sparse[0]
+    layout = _coo3(fmts[A.tensor])
+    i, j, k = A.indices
+    if layout is None or len({i, j, k}) != 3 or set(e.indices) != {j, k}:
+        return None
+    out = set(stmt.indices)
+    if i not in out:
+        return None
+    r = next(x for x in stmt.indices if x != i)
+    if r in (i, j, k):
+        return None
+    rest = [a for a in facs if a is not A]
+    bs = [a for a in rest if set(a.indices) == {j, r} and len(a.indices) == 2]
+    cs = [a for a in rest if set(a.indices) == {k, r} and len(a.indices) == 2]
+    if len(bs) != 1 or len(cs) != 1 or not (_dense2(fmts[bs[0].tensor]) and _dense2(fmts[cs[0].tensor])):
+        return None
+    B, C = bs[0], cs[0]
+    index_order = tuple(dict.fromkeys(ix for a in accesses(stmt.expr) for ix in a.indices))
+    return Plan("mttkrp", (("A", A.tensor), ("B", B.tensor), ("C", C.tensor)), index_order, i, j, k, r,
+                b_t=B.indices == (r, j), c_t=C.indices == (r, k), m_t=stmt.indices == (r, i),
+                aos=layout == "aos")
+
+
+def _spec(nbufs: int) -> str:
+    return f"!llvm.struct<(array<3 x i64>, array<{nbufs} x i64>)>"
+
+
+def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
+    """The MLIR module (module docstring); ``formats`` by operand name, widths resolved."""
+    row = dt.TABLE[dtype]
+    T = row.storage
+    fa = next(f for op, f in formats.items() if plan.role(op) == "A")
+    pw, cw = fa.pos_width, fa.crd_width
+    PT, CT, VT, MT = f"memref<?x{_ity(pw)}>", f"memref<?x{_ity(cw)}>", f"memref<?x{T}>", f"memref<?x?x{T}>"
+    fl = row.kind == "float"
+    mul = (lambda a, b: f"arith.mulf {a}, {b} fastmath<contract> : {T}") if fl else \
+        (lambda a, b: f"arith.muli {a}, {b} : {T}")
+    add = (lambda a, b: f"arith.addf {a}, {b} fastmath<contract> : {T}") if fl else \
+        (lambda a, b: f"arith.addi {a}, {b} : {T}")
+    zero = f"arith.constant {'0.0' if fl else '0'} : {T}"
+
+    # the kernel's parameters, in the sparsifier kernel's order
+    params = [f"%size_{ix}: index" for ix in plan.index_order]
+    for op, f in formats.items():
+        rl = plan.role(op)
+        if rl == "A":
+            crds = ["%A_crd"] if plan.aos else ["%A_crd0", "%A_crd1", "%A_crd2"]
+            params += [f"%A_pos: {PT}"] + [f"{c}: {CT}" for c in crds] + \
+                      [f"%A_val: {VT}", f"%A_spec: {_spec(len(crds) + 2)}"]
+        else:
+            params.append(f"%{rl}: {MT}")
+    params.append(f"%M: {MT}")
+    crds = ["%A_crd"] if plan.aos else ["%A_crd0", "%A_crd1", "%A_crd2"]
+    buf_params = ", ".join(f"{c}: {CT}" for c in crds) + f", %A_val: {VT}, %B: {MT}, %C: {MT}, %M: {MT}"
+    buf_args = ", ".join(crds) + ", %A_val, %B, %C, %M"
+    buf_types = ", ".join([CT] * len(crds)) + f", {VT}, {MT}, {MT}, {MT}"
+
+    # ---- @mttkrp_slot(slot, nnz, R, buffers): one slot's i-slices
+    s = _Text()
+
+    def crd(p: str, d: int) -> str:
+        if plan.aos:
+            three = s.op("arith.constant 3 : index")
+            at = s.op(f"arith.muli {p}, {three} : index")
+            if d:
+                at = s.op(f"arith.addi {at}, {s.op(f'arith.constant {d} : index')} : index")
+            return s.load_index("%A_crd", at, cw)
+        return s.load_index(f"%A_crd{d}", p, cw)
+
+    def same_row(p: str, bound: str) -> str:
+        """0 < p < bound and I[p] == I[p - 1] (the loads only when in bounds)."""
+        pos = s.op(f"arith.cmpi ugt, {p}, %c0 : index")
+        inb = s.op(f"arith.cmpi ult, {p}, {bound} : index")
+        ok = s.op(f"arith.andi {pos}, {inb} : i1")
+        res = s.fresh("same")
+        s(f"{res} = scf.if {ok} -> (i1) {{")
+        pm = s.op(f"arith.subi {p}, %c1 : index")
+        a, b = crd(p, 0), crd(pm, 0)
+        eq = s.op(f"arith.cmpi eq, {a}, {b} : index")
+        s(f"  scf.yield {eq} : i1")
+        s("} else {")
+        s("  scf.yield %false : i1")
+        s("}")
+        return res
+
+    def at2(mem: str, row_ix: str, col: str, transposed: bool) -> str:
+        return f"{mem}[{col}, {row_ix}]" if transposed else f"{mem}[{row_ix}, {col}]"
+
+    s("%c0 = arith.constant 0 : index")
+    s("%c1 = arith.constant 1 : index")
+    s("%false = arith.constant false")
+    s(f"%cslot = arith.constant {SLOT} : index")
+    s(f"%cstack = arith.constant {STACK_R} : index")
+    s(f"%zero = {zero}")
+    s(f"%stack = memref.alloca() : memref<{STACK_R}x{T}>")
+    lo = s.op("arith.muli %slot, %cslot : index")
+    hi0 = s.op("arith.addi " + lo + ", %cslot : index")
+    hi = s.op(f"arith.minui {hi0}, %nnz : index")
+    # p0: the first entry in [lo, hi) that starts an i-slice
+    p0 = s.fresh("p0")
+    s(f"{p0} = scf.while (%q = {lo}) : (index) -> index {{")
+    go = same_row("%q", hi)
+    s(f"scf.condition({go}) %q : index")
+    s("} do {")
+    s("^bb0(%q1: index):")
+    n1 = s.op("arith.addi %q1, %c1 : index")
+    s(f"  scf.yield {n1} : index")
+    s("}")
+    owns = s.op(f"arith.cmpi ult, {p0}, {hi} : index")
+    s(f"scf.if {owns} {{")
+    # pend: the end of the last i-slice that starts in this slot
+    pend = s.fresh("pend")
+    s(f"{pend} = scf.while (%q = {hi}) : (index) -> index {{")
+    sr = same_row("%q", "%nnz")
+    s(f"scf.condition({sr}) %q : index")
+    s("} do {")
+    s("^bb0(%q2: index):")
+    n2 = s.op("arith.addi %q2, %c1 : index")
+    s(f"  scf.yield {n2} : index")
+    s("}")
+    # the segment buffer t[0..R): on the stack when it fits
+    small = s.op("arith.cmpi ule, %R, %cstack : index")
+    s(f"%t = scf.if {small} -> ({VT}) {{")
+    cast = s.op(f"memref.cast %stack : memref<{STACK_R}x{T}> to {VT}")
+    s(f"  scf.yield {cast} : {VT}")
+    s("} else {")
+    heap = s.op(f"memref.alloc(%R) : {VT}")
+    s(f"  scf.yield {heap} : {VT}")
+    s("}")
+    s("scf.for %r = %c0 to %R step %c1 {")
+    s(f"  memref.store %zero, %t[%r] : {VT}")
+    s("}")
+
+    def flush(i: str, j: str) -> None:
+        """M[i, :] += B[j, :] * t; t = 0."""
+        s("scf.for %r = %c0 to %R step %c1 {")
+        tv = s.op(f"memref.load %t[%r] : {VT}")
+        bv = s.op(f"memref.load {at2('%B', j, '%r', plan.b_t)} : {MT}")
+        mv = s.op(f"memref.load {at2('%M', i, '%r', plan.m_t)} : {MT}")
+        nv = s.op(add(mv, s.op(mul(bv, tv))))
+        s(f"  memref.store {nv}, {at2('%M', i, '%r', plan.m_t)} : {MT}")
+        s(f"  memref.store %zero, %t[%r] : {VT}")
+        s("}")
+
+    i0, j0 = crd(p0, 0), crd(p0, 1)
+    last = s.fresh("last")
+    s(f"{last}:2 = scf.for %p = {p0} to {pend} step %c1 iter_args(%pi = {i0}, %pj = {j0}) -> (index, index) {{")
+    iv, jv = crd("%p", 0), crd("%p", 1)
+    ni = s.op(f"arith.cmpi ne, {iv}, %pi : index")
+    nj = s.op(f"arith.cmpi ne, {jv}, %pj : index")
+    ch = s.op(f"arith.ori {ni}, {nj} : i1")
+    s(f"scf.if {ch} {{")
+    flush("%pi", "%pj")
+    s("}")
+    kv = crd("%p", 2)
+    a = s.op(f"memref.load %A_val[%p] : {VT}")
+    s("scf.for %r = %c0 to %R step %c1 {")
+    cv = s.op(f"memref.load {at2('%C', kv, '%r', plan.c_t)} : {MT}")
+    tv = s.op(f"memref.load %t[%r] : {VT}")
+    nv = s.op(add(tv, s.op(mul(a, cv))))
+    s(f"  memref.store {nv}, %t[%r] : {VT}")
+    s("}")
+    s(f"scf.yield {iv}, {jv} : index, index")
+    s("}")
+    flush(f"{last}#0", f"{last}#1")
+    s(f"scf.if {s.op('arith.cmpi ugt, %R, %cstack : index')} {{")
+    s(f"  memref.dealloc %t : {VT}")
+    s("}")
+    s("}")
+    s("return")
+    slot_fn = [f"func.func private @mttkrp_slot(%slot: index, %nnz: index, %R: index, {buf_params}) {{"]
+    slot_fn += [f"  {ln}" for ln in s.lines] + ["}"]
+
+    # ---- @kernel: the slots, in parallel
+    t = _Text()
+    t("%c0 = arith.constant 0 : index")
+    t("%c1 = arith.constant 1 : index")
+    nnz = t.load_index("%A_pos", "%c1", pw)
+    slots = t.op(f"arith.ceildivui {nnz}, {t.op(f'arith.constant {SLOT} : index')} : index")
+    R = f"%size_{plan.r}"
+    if parallel:
+        t(f"scf.parallel (%s) = (%c0) to ({slots}) step (%c1) {{")
+    else:
+        t(f"scf.for %s = %c0 to {slots} step %c1 {{")
+    t(f"  func.call @mttkrp_slot(%s, {nnz}, {R}, {buf_args}) : (index, index, index, {buf_types}) -> ()")
+    if parallel:
+        t("  scf.reduce")
+    t("}")
+    t("return")
+    head = f"func.func @kernel({', '.join(params)}) attributes {{llvm.emit_c_interface}} {{"
+    return _module(slot_fn, head, t.lines)
