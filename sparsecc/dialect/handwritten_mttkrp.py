@@ -43,8 +43,8 @@ from .handwritten import _Text, _factors, _ity, _module
 #: of a loop that reads no positions buffer, so one slot of ROW_WORK entries counts as
 #: its entries (the work threshold then compares stored entries, as for a CSR row loop)
 SLOT = ROW_WORK
-#: ranks up to this many columns keep the per-segment buffer on the stack
-STACK_R = 64
+#: the columns of one block of t (in registers): 128 bytes, four AVX2 registers
+VECTOR_BYTES = 128
 
 _KINDS = ("float", "int")
 _SOA = ("compressed(nonunique)", "singleton(nonunique, soa)", "singleton(soa)")
@@ -142,6 +142,11 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     add = (lambda a, b: f"arith.addf {a}, {b} fastmath<contract> : {T}") if fl else \
         (lambda a, b: f"arith.addi {a}, {b} : {T}")
     zero = f"arith.constant {'0.0' if fl else '0'} : {T}"
+    lanes = VECTOR_BYTES // row.numpy.itemsize
+    # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
+    # one; a transposed factor or result is read column by column
+    widths = (lanes, max(lanes // 4, 1), 1) if not (plan.b_t or plan.c_t or plan.m_t) else (1,)
+    widths = tuple(dict.fromkeys(widths))
 
     # the kernel's parameters, in the sparsifier kernel's order
     params = [f"%size_{ix}: index" for ix in plan.index_order]
@@ -194,9 +199,6 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     s("%c1 = arith.constant 1 : index")
     s("%false = arith.constant false")
     s(f"%cslot = arith.constant {SLOT} : index")
-    s(f"%cstack = arith.constant {STACK_R} : index")
-    s(f"%zero = {zero}")
-    s(f"%stack = memref.alloca() : memref<{STACK_R}x{T}>")
     lo = s.op("arith.muli %slot, %cslot : index")
     hi0 = s.op("arith.addi " + lo + ", %cslot : index")
     hi = s.op(f"arith.minui {hi0}, %nnz : index")
@@ -210,66 +212,89 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     n1 = s.op("arith.addi %q1, %c1 : index")
     s(f"  scf.yield {n1} : index")
     s("}")
-    owns = s.op(f"arith.cmpi ult, {p0}, {hi} : index")
-    s(f"scf.if {owns} {{")
-    # pend: the end of the last i-slice that starts in this slot
+    # pend: the end of the last i-slice that starts in this slot (hi when none does)
     pend = s.fresh("pend")
     s(f"{pend} = scf.while (%q = {hi}) : (index) -> index {{")
+    owns = s.op(f"arith.cmpi ult, {p0}, {hi} : index")
     sr = same_row("%q", "%nnz")
-    s(f"scf.condition({sr}) %q : index")
+    go2 = s.op(f"arith.andi {owns}, {sr} : i1")
+    s(f"scf.condition({go2}) %q : index")
     s("} do {")
     s("^bb0(%q2: index):")
     n2 = s.op("arith.addi %q2, %c1 : index")
     s(f"  scf.yield {n2} : index")
     s("}")
-    # the segment buffer t[0..R): on the stack when it fits
-    small = s.op("arith.cmpi ule, %R, %cstack : index")
-    s(f"%t = scf.if {small} -> ({VT}) {{")
-    cast = s.op(f"memref.cast %stack : memref<{STACK_R}x{T}> to {VT}")
-    s(f"  scf.yield {cast} : {VT}")
+    # the (i, j) segments of [p0, pend)
+    s(f"%done = scf.while (%p = {p0}) : (index) -> index {{")
+    more = s.op(f"arith.cmpi ult, %p, {pend} : index")
+    s(f"scf.condition({more}) %p : index")
+    s("} do {")
+    s("^bb0(%ps: index):")
+    iv, jv = crd("%ps", 0), crd("%ps", 1)
+    p1 = s.op("arith.addi %ps, %c1 : index")
+    q = s.fresh("q")
+    s(f"{q} = scf.while (%e = {p1}) : (index) -> index {{")
+    inb = s.op(f"arith.cmpi ult, %e, {pend} : index")
+    same = s.fresh("same")
+    s(f"{same} = scf.if {inb} -> (i1) {{")
+    ie, je = crd("%e", 0), crd("%e", 1)
+    e1 = s.op(f"arith.cmpi eq, {ie}, {iv} : index")
+    e2 = s.op(f"arith.cmpi eq, {je}, {jv} : index")
+    s(f"  scf.yield {s.op(f'arith.andi {e1}, {e2} : i1')} : i1")
     s("} else {")
-    heap = s.op(f"memref.alloc(%R) : {VT}")
-    s(f"  scf.yield {heap} : {VT}")
+    s("  scf.yield %false : i1")
     s("}")
-    s("scf.for %r = %c0 to %R step %c1 {")
-    s(f"  memref.store %zero, %t[%r] : {VT}")
+    s(f"scf.condition({same}) %e : index")
+    s("} do {")
+    s("^bb0(%e1: index):")
+    s(f"  scf.yield {s.op('arith.addi %e1, %c1 : index')} : index")
     s("}")
-
-    def flush(i: str, j: str) -> None:
-        """M[i, :] += B[j, :] * t; t = 0."""
-        s("scf.for %r = %c0 to %R step %c1 {")
-        tv = s.op(f"memref.load %t[%r] : {VT}")
-        bv = s.op(f"memref.load {at2('%B', j, '%r', plan.b_t)} : {MT}")
-        mv = s.op(f"memref.load {at2('%M', i, '%r', plan.m_t)} : {MT}")
-        nv = s.op(add(mv, s.op(mul(bv, tv))))
-        s(f"  memref.store {nv}, {at2('%M', i, '%r', plan.m_t)} : {MT}")
-        s(f"  memref.store %zero, %t[%r] : {VT}")
+    # columns r in blocks of w (a vector of w lanes in registers, accumulated over the
+    # segment's entries: t[r] = sum_k A[i,j,k] * C[k,r]), then M[i,r] += B[j,r] * t[r]
+    start = "%c0"
+    for w in widths:
+        ty = f"vector<{w}x{T}>" if w > 1 else T
+        cw_ = s.op(f"arith.constant {w} : index")
+        left = s.op(f"arith.subi %R, {start} : index")
+        nb = s.op(f"arith.divui {left}, {cw_} : index")
+        span = s.op(f"arith.muli {nb}, {cw_} : index")
+        end = s.op(f"arith.addi {start}, {span} : index")
+        zv = s.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {ty}" if w > 1 else zero)
+        rb = s.fresh("rb")
+        s(f"scf.for {rb} = {start} to {end} step {cw_} {{")
+        acc = s.fresh("acc")
+        s(f"{acc} = scf.for %x = %ps to {q} step %c1 iter_args(%v = {zv}) -> ({ty}) {{")
+        kv = crd("%x", 2)
+        av = s.op(f"memref.load %A_val[%x] : {VT}")
+        if w > 1:
+            cv = s.op(f"vector.load %C[{kv}, {rb}] : {MT}, {ty}")
+            asp = s.op(f"vector.broadcast {av} : {T} to {ty}")
+        else:
+            cv = s.op(f"memref.load {at2('%C', kv, rb, plan.c_t)} : {MT}")
+            asp = av
+        if fl:
+            nv = s.op(f"math.fma {asp}, {cv}, %v : {ty}")
+        else:
+            nv = s.op(f"arith.addi %v, {s.op(f'arith.muli {asp}, {cv} : {ty}')} : {ty}")
+        s(f"  scf.yield {nv} : {ty}")
         s("}")
-
-    i0, j0 = crd(p0, 0), crd(p0, 1)
-    last = s.fresh("last")
-    s(f"{last}:2 = scf.for %p = {p0} to {pend} step %c1 iter_args(%pi = {i0}, %pj = {j0}) -> (index, index) {{")
-    iv, jv = crd("%p", 0), crd("%p", 1)
-    ni = s.op(f"arith.cmpi ne, {iv}, %pi : index")
-    nj = s.op(f"arith.cmpi ne, {jv}, %pj : index")
-    ch = s.op(f"arith.ori {ni}, {nj} : i1")
-    s(f"scf.if {ch} {{")
-    flush("%pi", "%pj")
-    s("}")
-    kv = crd("%p", 2)
-    a = s.op(f"memref.load %A_val[%p] : {VT}")
-    s("scf.for %r = %c0 to %R step %c1 {")
-    cv = s.op(f"memref.load {at2('%C', kv, '%r', plan.c_t)} : {MT}")
-    tv = s.op(f"memref.load %t[%r] : {VT}")
-    nv = s.op(add(tv, s.op(mul(a, cv))))
-    s(f"  memref.store {nv}, %t[%r] : {VT}")
-    s("}")
-    s(f"scf.yield {iv}, {jv} : index, index")
-    s("}")
-    flush(f"{last}#0", f"{last}#1")
-    s(f"scf.if {s.op('arith.cmpi ugt, %R, %cstack : index')} {{")
-    s(f"  memref.dealloc %t : {VT}")
-    s("}")
+        if w > 1:
+            bv = s.op(f"vector.load %B[{jv}, {rb}] : {MT}, {ty}")
+            mv = s.op(f"vector.load %M[{iv}, {rb}] : {MT}, {ty}")
+        else:
+            bv = s.op(f"memref.load {at2('%B', jv, rb, plan.b_t)} : {MT}")
+            mv = s.op(f"memref.load {at2('%M', iv, rb, plan.m_t)} : {MT}")
+        if fl:
+            out = s.op(f"math.fma {bv}, {acc}, {mv} : {ty}")
+        else:
+            out = s.op(f"arith.addi {mv}, {s.op(f'arith.muli {bv}, {acc} : {ty}')} : {ty}")
+        if w > 1:
+            s(f"  vector.store {out}, %M[{iv}, {rb}] : {MT}, {ty}")
+        else:
+            s(f"  memref.store {out}, {at2('%M', iv, rb, plan.m_t)} : {MT}")
+        s("}")
+        start = end
+    s(f"scf.yield {q} : index")
     s("}")
     s("return")
     slot_fn = [f"func.func private @mttkrp_slot(%slot: index, %nnz: index, %R: index, {buf_params}) {{"]
