@@ -43,6 +43,8 @@ from .handwritten import _Text, _factors, _ity, _module
 #: of a loop that reads no positions buffer, so one slot of ROW_WORK entries counts as
 #: its entries (the work threshold then compares stored entries, as for a CSR row loop)
 SLOT = ROW_WORK
+#: two accumulators per block (even / odd entries of a segment)
+PAIRS = True
 #: the columns of one block of t (in registers): 128 bytes, four AVX2 registers
 VECTOR_BYTES = 128
 
@@ -197,6 +199,8 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
 
     s("%c0 = arith.constant 0 : index")
     s("%c1 = arith.constant 1 : index")
+    s("%c2 = arith.constant 2 : index")
+    s("%cm2 = arith.constant -2 : index")
     s("%false = arith.constant false")
     s(f"%cslot = arith.constant {SLOT} : index")
     lo = s.op("arith.muli %slot, %cslot : index")
@@ -262,22 +266,36 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         zv = s.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {ty}" if w > 1 else zero)
         rb = s.fresh("rb")
         s(f"scf.for {rb} = {start} to {end} step {cw_} {{")
-        acc = s.fresh("acc")
-        s(f"{acc} = scf.for %x = %ps to {q} step %c1 iter_args(%v = {zv}) -> ({ty}) {{")
-        kv = crd("%x", 2)
-        av = s.op(f"memref.load %A_val[%x] : {VT}")
-        if w > 1:
-            cv = s.op(f"vector.load %C[{kv}, {rb}] : {MT}, {ty}")
-            asp = s.op(f"vector.broadcast {av} : {T} to {ty}")
-        else:
-            cv = s.op(f"memref.load {at2('%C', kv, rb, plan.c_t)} : {MT}")
-            asp = av
-        if fl:
-            nv = s.op(f"math.fma {asp}, {cv}, %v : {ty}")
-        else:
-            nv = s.op(f"arith.addi %v, {s.op(f'arith.muli {asp}, {cv} : {ty}')} : {ty}")
-        s(f"  scf.yield {nv} : {ty}")
+        def term(x: str, v: str) -> str:
+            """v + A[x] * C[k(x), rb:rb+w]"""
+            kv = crd(x, 2)
+            av = s.op(f"memref.load %A_val[{x}] : {VT}")
+            if w > 1:
+                cv = s.op(f"vector.load %C[{kv}, {rb}] : {MT}, {ty}")
+                asp = s.op(f"vector.broadcast {av} : {T} to {ty}")
+            else:
+                cv = s.op(f"memref.load {at2('%C', kv, rb, plan.c_t)} : {MT}")
+                asp = av
+            if fl:
+                return s.op(f"math.fma {asp}, {cv}, {v} : {ty}")
+            return s.op(f"arith.addi {v}, {s.op(f'arith.muli {asp}, {cv} : {ty}')} : {ty}")
+
+        # two accumulators (even / odd entries of the segment, then the odd tail into the
+        # first): a single chain of dependent FMAs was the loop's bound
+        ln = s.op(f"arith.subi {q}, %ps : index")
+        pairs = s.op(f"arith.andi {ln}, %cm2 : index")
+        mid = s.op(f"arith.addi %ps, {pairs} : index") if PAIRS else "%ps"
+        two = s.fresh("two")
+        s(f"{two}:2 = scf.for %x = %ps to {mid} step %c2 iter_args(%ea = {zv}, %eb = {zv}) -> ({ty}, {ty}) {{")
+        n0 = term("%x", "%ea")
+        n1 = term(s.op("arith.addi %x, %c1 : index"), "%eb")
+        s(f"  scf.yield {n0}, {n1} : {ty}, {ty}")
         s("}")
+        tail = s.fresh("tail")
+        s(f"{tail} = scf.for %x = {mid} to {q} step %c1 iter_args(%et = {two}#0) -> ({ty}) {{")
+        s(f"  scf.yield {term('%x', '%et')} : {ty}")
+        s("}")
+        acc = s.op((f"arith.addf {tail}, {two}#1 : {ty}") if fl else (f"arith.addi {tail}, {two}#1 : {ty}"))
         if w > 1:
             bv = s.op(f"vector.load %B[{jv}, {rb}] : {MT}, {ty}")
             mv = s.op(f"vector.load %M[{iv}, {rb}] : {MT}, {ty}")
