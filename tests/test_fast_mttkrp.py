@@ -85,6 +85,17 @@ def test_mttkrp_matches_einsum(dtype, width, aos, shape, nnz, r):
     _same(M, np.einsum(MODE0, T.toarray(), B, C))
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_integer_values(dtype):
+    """Integer values take the same kernel (exact: compared for equality)."""
+    rng = np.random.default_rng(_seed(dtype))
+    T = _coo3((9, 10, 11), 300, dtype, rng, np.int64)
+    B, C = random_dense((10, 21), dtype, rng), random_dense((11, 21), dtype, rng)
+    k = sc.compile(MODE0)
+    _same(k(T, B, C), np.einsum(MODE0, T.toarray(), B, C))
+    assert _handwritten(k)
+
+
 def test_empty_i_slices():
     """Most rows of M have no entries (they stay zero); the stored rows are far apart."""
     rng = np.random.default_rng(1)

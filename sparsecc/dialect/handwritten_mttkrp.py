@@ -7,9 +7,10 @@ too) with A a 3-D COO tensor (one coordinate array per dimension, or the columns
 walks A's COO segments in nested ``scf.while`` loops that never run in parallel and
 multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
 
-* walks A's entries in (i, j) segments: ``t[r] = sum_k A[i,j,k] * C[k,r]`` into a small
-  buffer (on the stack up to ``STACK_R`` columns, else on the heap), then
-  ``M[i,r] += B[j,r] * t[r]`` once per segment: the B factor is out of the k loop;
+* walks A's entries in (i, j) segments and, per block of columns r (``VECTOR_BYTES`` wide,
+  then a quarter of that, then single columns), sums ``t[r] = sum_k A[i,j,k] * C[k,r]`` in
+  registers (two accumulators: even and odd entries), then ``M[i,r] += B[j,r] * t[r]`` once
+  per segment: the B factor is out of the k loop, and t never goes through memory;
 * runs in parallel over *slots* of ``SLOT`` consecutive entries.  A slot owns the i-slices
   whose first entry lies in it, and computes each of them to its end (past the slot when
   the slice is longer); a slot in the middle of a long slice has nothing to do.  Each row
@@ -139,10 +140,6 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     pw, cw = fa.pos_width, fa.crd_width
     PT, CT, VT, MT = f"memref<?x{_ity(pw)}>", f"memref<?x{_ity(cw)}>", f"memref<?x{T}>", f"memref<?x?x{T}>"
     fl = row.kind == "float"
-    mul = (lambda a, b: f"arith.mulf {a}, {b} fastmath<contract> : {T}") if fl else \
-        (lambda a, b: f"arith.muli {a}, {b} : {T}")
-    add = (lambda a, b: f"arith.addf {a}, {b} fastmath<contract> : {T}") if fl else \
-        (lambda a, b: f"arith.addi {a}, {b} : {T}")
     zero = f"arith.constant {'0.0' if fl else '0'} : {T}"
     lanes = VECTOR_BYTES // row.numpy.itemsize
     # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
