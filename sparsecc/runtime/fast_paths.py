@@ -37,7 +37,9 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
 
 def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
     """MTTKRP over a 3-D COO operand with a dense result (dialect/handwritten_mttkrp.py), or None."""
-    plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) == 3 else None
+    if options.device != "cpu" or len(formats) != 3:     # (a cuda kernel keeps its GPU loop)
+        return None
+    plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format)
     if plan is None:
         return None
     parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
