@@ -220,3 +220,49 @@ def test_large_call_in_a_subprocess():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------ TTV
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+@pytest.mark.parametrize("width", [np.int32, np.int64])
+@pytest.mark.parametrize("aos", [False, True])
+@pytest.mark.parametrize("shape,nnz", [((12, 9, 7), 150), ((5, 6, 4), 0), ((1, 1, 1), 1), ((30, 1, 40), 500)])
+def test_ttv_matches_einsum(dtype, width, aos, shape, nnz):
+    """TTV ``ijk,k->ij`` walks the same (i, j) segments: one owner per i-slice."""
+    rng = np.random.default_rng(_seed("ttv", dtype, str(width), aos, shape))
+    T = _coo3(shape, nnz, dtype, rng, width, aos=aos)
+    v = random_dense((shape[2],), dtype, rng)
+    k = sc.compile("ijk,k->ij", out_format="dense")
+    _same(k(T, v), np.einsum("ijk,k->ij", T.toarray(), v))
+    assert _handwritten(k)
+
+
+@pytest.mark.parametrize("spec", ["k,ijk->ij", "ijk,k->ji"])
+def test_ttv_orders(spec):
+    rng = np.random.default_rng(9)
+    T = _coo3((10, 12, 8), 300, "float64", rng)
+    v = rng.random(8)
+    ops = (v, T) if spec.startswith("k,") else (T, v)
+    k = sc.compile(spec, out_format="dense")
+    _same(k(*ops), np.einsum(spec, *[o.toarray() if sp.issparse(o) else o for o in ops]))
+    assert _handwritten(k)
+
+
+def test_ttv_threads_bitwise_equal_and_other_modes_generic():
+    rng = np.random.default_rng(10)
+    T = _coo3((150, 150, 150), 60_000, "float64", rng)
+    v = rng.random(150)
+    threads.set_min_parallel_work(0)
+    sc.set_num_threads(1)
+    one = sc.einsum("ijk,k->ij", T, v, out_format="dense")
+    sc.set_num_threads(2)
+    two = sc.einsum("ijk,k->ij", T, v, out_format="dense")
+    assert one.tobytes() == two.tobytes()
+    _same(two, np.einsum("ijk,k->ij", T.toarray(), v))
+    k = sc.compile("ijk,j->ik", out_format="dense")     # over the middle level: the sparsifier's
+    _same(k(T, v), np.einsum("ijk,j->ik", T.toarray(), v))
+    assert not _handwritten(k)
+    k = sc.compile("ijk,k->ij")          # a sparse result: the sparsifier's
+    got = k(T, v)
+    assert sp.issparse(got) and not _handwritten(k)
+    _same(got.toarray(), np.einsum("ijk,k->ij", T.toarray(), v))

@@ -88,12 +88,36 @@ def _dense2(f: Format) -> bool:
     return f.is_dense and f.block is None and tuple(f.order or (0, 1)) == (0, 1)
 
 
+def _match_ttv(stmt: Statement, fmts: dict) -> Plan | None:
+    """TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` (or ``M[j,i]``): the same walk over A's (i, j)
+    segments with one column, v in place of C and no B."""
+    e = stmt.expr
+    if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 1):
+        return None
+    facs = _factors(e.body)
+    if facs is None or len(facs) != 2 or len({a.tensor for a in facs}) != 2:
+        return None
+    A, v = facs if len(facs[0].indices) == 3 else facs[::-1]
+    if len(A.indices) != 3 or _coo3(fmts[A.tensor]) is None or len(set(A.indices)) != 3:
+        return None
+    i, j, k = A.indices
+    if v.indices != (k,) or e.indices != (k,) or not fmts[v.tensor].is_dense or set(stmt.indices) != {i, j}:
+        return None
+    index_order = tuple(dict.fromkeys(ix for a in accesses(stmt.expr) for ix in a.indices))
+    return Plan("ttv", (("A", A.tensor), ("V", v.tensor)), index_order, i, j, k, "",
+                b_t=False, c_t=False, m_t=stmt.indices == (j, i), aos=_coo3(fmts[A.tensor]) == "aos")
+
+
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> Plan | None:
-    """The hand-written MTTKRP for this specialization, or None (the sparsifier's kernel)."""
-    if out_format is not None or len(stmt.indices) != 2 or len(stmt.operands) != 3 or len(set(dtypes)) != 1:
+    """The hand-written MTTKRP (or TTV) for this specialization, or None (the sparsifier's kernel)."""
+    if out_format is not None or len(stmt.indices) != 2 or len(set(dtypes)) != 1:
         return None
     if dt.TABLE[dtypes[0]].kind not in _KINDS:
+        return None
+    if len(stmt.operands) == 2:
+        return _match_ttv(stmt, dict(zip(stmt.operands, formats)))
+    if len(stmt.operands) != 3:
         return None
     e = stmt.expr
     if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 2):
@@ -144,7 +168,8 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     lanes = VECTOR_BYTES // row.numpy.itemsize
     # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
     # one; a transposed factor or result is read column by column
-    widths = (lanes, max(lanes // 4, 1), 1) if not (plan.b_t or plan.c_t or plan.m_t) else (1,)
+    ttv = plan.kind == "ttv"
+    widths = (lanes, max(lanes // 4, 1), 1) if not (plan.b_t or plan.c_t or plan.m_t or ttv) else (1,)
     widths = tuple(dict.fromkeys(widths))
 
     # the kernel's parameters, in the sparsifier kernel's order
@@ -156,12 +181,15 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
             params += [f"%A_pos: {PT}"] + [f"{c}: {CT}" for c in crds] + \
                       [f"%A_val: {VT}", f"%A_spec: {_spec(len(crds) + 2)}"]
         else:
-            params.append(f"%{rl}: {MT}")
+            params.append(f"%{rl}: {VT if rl == 'V' else MT}")
     params.append(f"%M: {MT}")
     crds = ["%A_crd"] if plan.aos else ["%A_crd0", "%A_crd1", "%A_crd2"]
-    buf_params = ", ".join(f"{c}: {CT}" for c in crds) + f", %A_val: {VT}, %B: {MT}, %C: {MT}, %M: {MT}"
-    buf_args = ", ".join(crds) + ", %A_val, %B, %C, %M"
-    buf_types = ", ".join([CT] * len(crds)) + f", {VT}, {MT}, {MT}, {MT}"
+    dense = [("%V", VT)] if ttv else [("%B", MT), ("%C", MT)]
+    dense.append(("%M", MT))
+    buf_params = ", ".join(f"{c}: {CT}" for c in crds) + f", %A_val: {VT}, " + \
+        ", ".join(f"{n}: {ty}" for n, ty in dense)
+    buf_args = ", ".join(crds) + ", %A_val, " + ", ".join(n for n, _ in dense)
+    buf_types = ", ".join([CT] * len(crds)) + f", {VT}, " + ", ".join(ty for _, ty in dense)
 
     # ---- @mttkrp_slot(slot, nnz, R, buffers): one slot's i-slices
     s = _Text()
@@ -199,10 +227,24 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     s("%c2 = arith.constant 2 : index")
     s("%cm2 = arith.constant -2 : index")
     s("%false = arith.constant false")
+    s("%true = arith.constant true")
     s(f"%cslot = arith.constant {SLOT} : index")
     lo = s.op("arith.muli %slot, %cslot : index")
     hi0 = s.op("arith.addi " + lo + ", %cslot : index")
     hi = s.op(f"arith.minui {hi0}, %nnz : index")
+    # a slot owns nothing when its entries and the one before it are in one i-slice (the
+    # coordinates are sorted): O(1), as most slots of a long slice own nothing
+    first = s.op("arith.cmpi eq, " + lo + ", %c0 : index")
+    owns = s.fresh("owns")
+    s(f"{owns} = scf.if {first} -> (i1) {{")
+    s("  scf.yield %true : i1")
+    s("} else {")
+    lm = s.op(f"arith.subi {lo}, %c1 : index")
+    hm = s.op(f"arith.subi {hi}, %c1 : index")
+    ne = s.op(f"arith.cmpi ne, {crd(lm, 0)}, {crd(hm, 0)} : index")
+    s(f"  scf.yield {ne} : i1")
+    s("}")
+    s(f"scf.if {owns} {{")
     # p0: the first entry in [lo, hi) that starts an i-slice
     p0 = s.fresh("p0")
     s(f"{p0} = scf.while (%q = {lo}) : (index) -> index {{")
@@ -213,21 +255,16 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     n1 = s.op("arith.addi %q1, %c1 : index")
     s(f"  scf.yield {n1} : index")
     s("}")
-    # pend: the end of the last i-slice that starts in this slot (hi when none does)
-    pend = s.fresh("pend")
-    s(f"{pend} = scf.while (%q = {hi}) : (index) -> index {{")
-    owns = s.op(f"arith.cmpi ult, {p0}, {hi} : index")
-    sr = same_row("%q", "%nnz")
-    go2 = s.op(f"arith.andi {owns}, {sr} : i1")
-    s(f"scf.condition({go2}) %q : index")
-    s("} do {")
-    s("^bb0(%q2: index):")
-    n2 = s.op("arith.addi %q2, %c1 : index")
-    s(f"  scf.yield {n2} : index")
-    s("}")
-    # the (i, j) segments of [p0, pend)
+    # the (i, j) segments from p0 to the end of the last i-slice that starts before hi
+    # (tested once per segment)
     s(f"%done = scf.while (%p = {p0}) : (index) -> index {{")
-    more = s.op(f"arith.cmpi ult, %p, {pend} : index")
+    before = s.op(f"arith.cmpi ult, %p, {hi} : index")
+    more = s.fresh("more")
+    s(f"{more} = scf.if {before} -> (i1) {{")
+    s("  scf.yield %true : i1")
+    s("} else {")
+    s(f"  scf.yield {same_row('%p', '%nnz')} : i1")
+    s("}")
     s(f"scf.condition({more}) %p : index")
     s("} do {")
     s("^bb0(%ps: index):")
@@ -235,7 +272,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     p1 = s.op("arith.addi %ps, %c1 : index")
     q = s.fresh("q")
     s(f"{q} = scf.while (%e = {p1}) : (index) -> index {{")
-    inb = s.op(f"arith.cmpi ult, %e, {pend} : index")
+    inb = s.op(f"arith.cmpi ult, %e, %nnz : index")
     same = s.fresh("same")
     s(f"{same} = scf.if {inb} -> (i1) {{")
     ie, je = crd("%e", 0), crd("%e", 1)
@@ -270,6 +307,9 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
             if w > 1:
                 cv = s.op(f"vector.load %C[{kv}, {rb}] : {MT}, {ty}")
                 asp = s.op(f"vector.broadcast {av} : {T} to {ty}")
+            elif ttv:
+                cv = s.op(f"memref.load %V[{kv}] : {VT}")
+                asp = av
             else:
                 cv = s.op(f"memref.load {at2('%C', kv, rb, plan.c_t)} : {MT}")
                 asp = av
@@ -293,6 +333,13 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         s(f"  scf.yield {term('%x', '%et')} : {ty}")
         s("}")
         acc = s.op((f"arith.addf {tail}, {two}#1 : {ty}") if fl else (f"arith.addi {tail}, {two}#1 : {ty}"))
+        if ttv:     # M[i,j] += t
+            mat = at2("%M", iv, jv, plan.m_t)
+            mv = s.op(f"memref.load {mat} : {MT}")
+            out = s.op((f"arith.addf {mv}, {acc} : {T}") if fl else (f"arith.addi {mv}, {acc} : {T}"))
+            s(f"  memref.store {out}, {mat} : {MT}")
+            s("}")
+            continue
         if w > 1:
             bv = s.op(f"vector.load %B[{jv}, {rb}] : {MT}, {ty}")
             mv = s.op(f"vector.load %M[{iv}, {rb}] : {MT}, {ty}")
@@ -311,6 +358,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         start = end
     s(f"scf.yield {q} : index")
     s("}")
+    s("}")
     s("return")
     slot_fn = [f"func.func private @mttkrp_slot(%slot: index, %nnz: index, %R: index, {buf_params}) {{"]
     slot_fn += [f"  {ln}" for ln in s.lines] + ["}"]
@@ -321,7 +369,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     t("%c1 = arith.constant 1 : index")
     nnz = t.load_index("%A_pos", "%c1", pw)
     slots = t.op(f"arith.ceildivui {nnz}, {t.op(f'arith.constant {SLOT} : index')} : index")
-    R = f"%size_{plan.r}"
+    R = "%c1" if ttv else f"%size_{plan.r}"
     if parallel:
         t(f"scf.parallel (%s) = (%c0) to ({slots}) step (%c1) {{")
     else:

@@ -36,15 +36,15 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
 
 
 def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
-    """MTTKRP over a 3-D COO operand with a dense result (dialect/handwritten_mttkrp.py), or None."""
-    if options.device != "cpu" or len(formats) != 3:     # (a cuda kernel keeps its GPU loop)
+    """MTTKRP (or TTV) over a 3-D COO operand with a dense result (dialect/handwritten_mttkrp.py), or None."""
+    if options.device != "cpu" or len(formats) not in (2, 3):     # (a cuda kernel keeps its GPU loop)
         return None
     plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format)
     if plan is None:
         return None
     parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
     mlir = handwritten_mttkrp.emit(plan, dict(zip(stmt.operands, formats)), dtypes[0], parallel)
-    mod = load_module(mlir, what=f"'{stmt}' (mttkrp, hand-written loops)", options=options, memo=False)
+    mod = load_module(mlir, what=f"'{stmt}' ({plan.kind}, hand-written loops)", options=options, memo=False)
     sig = KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], None)
     n = len(plan.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
     if len(mod.info["arg_types"]) != n:
