@@ -1,4 +1,4 @@
-"""A hand-written loop kernel for MTTKRP over a 3-D COO operand (issue 14).
+"""A hand-written loop kernel for MTTKRP (and TTV) over a 3-D COO operand (issue 14).
 
 ``M[i,r] = sum[j,k](A[i,j,k] * B[j,r] * C[k,r])`` (the einsum ``ijk,jr,kr->ir``; the factors
 in any operand order, either of them stored transposed (``B[r,j]``), the result ``M[r,i]``
@@ -12,13 +12,17 @@ multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
   registers (two accumulators: even and odd entries), then ``M[i,r] += B[j,r] * t[r]`` once
   per segment: the B factor is out of the k loop, and t never goes through memory;
 * runs in parallel over *slots* of ``SLOT`` consecutive entries.  A slot owns the i-slices
-  whose first entry lies in it, and computes each of them to its end (past the slot when
-  the slice is longer); a slot in the middle of a long slice has nothing to do.  Each row
-  of M is therefore written by one thread in a fixed order: no atomics, and the result does
-  not depend on the thread count, bit for bit.  The loop over slots is an ``scf.parallel``
-  (OpenMP through the ordinary pipeline); its work measure (``passes/rewrites.py``
-  ``thread_count``: iterations x ``ROW_WORK`` for a loop that reads no positions buffer)
-  is the stored entries, as ``SLOT == ROW_WORK``.
+  whose first entry lies in it (tested in O(1): the entry before the slot and its last one
+  are in different slices), and computes each of them to its end (past the slot when the
+  slice is longer; the slice end is tested once per segment); a slot in the middle of a
+  long slice has nothing to do.  Each row of M is therefore written by one thread in a
+  fixed order: no atomics, and the result does not depend on the thread count, bit for
+  bit.  The loop over slots is an ``scf.parallel`` (OpenMP through the ordinary pipeline);
+  its work measure (``passes/rewrites.py`` ``thread_count``: iterations x ``ROW_WORK`` for
+  a loop that reads no positions buffer) is the stored entries, as ``SLOT == ROW_WORK``.
+
+TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` with a dense result (or ``M[j,i]``) is the same walk
+with one column, ``v`` in place of C and no B.
 
 A's coordinates are canonical here (sorted, distinct): the runtime's COO loaders pass a
 canonical operand as it is and sum a non-canonical one on a copy (``runtime/operands.py``);
@@ -35,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes as dt
-from ..expr import Access, Binary, Reduce, Statement, accesses
+from ..expr import Reduce, Statement, accesses
 from ..formats import Format
 from ..passes.rewrites import ROW_WORK
 from .handwritten import _Text, _factors, _ity, _module
@@ -272,7 +276,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     p1 = s.op("arith.addi %ps, %c1 : index")
     q = s.fresh("q")
     s(f"{q} = scf.while (%e = {p1}) : (index) -> index {{")
-    inb = s.op(f"arith.cmpi ult, %e, %nnz : index")
+    inb = s.op("arith.cmpi ult, %e, %nnz : index")
     same = s.fresh("same")
     s(f"{same} = scf.if {inb} -> (i1) {{")
     ie, je = crd("%e", 0), crd("%e", 1)
