@@ -4,7 +4,7 @@ and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specializ
 
 from __future__ import annotations
 
-from ..dialect import handwritten, handwritten_mttkrp
+from ..dialect import handwritten
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
 from ..options import Options
@@ -39,6 +39,7 @@ def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
     """MTTKRP (or TTV) over a 3-D COO operand with a dense result (dialect/handwritten_mttkrp.py), or None."""
     if options.device != "cpu" or len(formats) not in (2, 3):     # (a cuda kernel keeps its GPU loop)
         return None
+    from ..dialect import handwritten_mttkrp
     plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format)
     if plan is None:
         return None
