@@ -121,3 +121,27 @@ def test_nan_and_inf_propagate_like_numpy():
         C = sc.einsum("ik,kj->ij", A, A)
         want = sp.csr_array(A) @ sp.csr_array(A)
     np.testing.assert_array_equal(C.toarray(), want.toarray())
+
+
+@pytest.mark.parametrize("expr,out", [("ijk,k->ij", None), ("ijk,k->ij", "dense"), ("ijk,jr,kr->ir", None),
+                                      ("ijk->ik", "coo")])
+def test_a_large_coo_wrongly_flagged_canonical_follows_the_scan(expr, out):
+    """SciPy's has_canonical_format set True on unsorted coordinates with duplicates: the
+    sparse-result TTV trusted the flag (so did SciPy's own sum_duplicates) and returned wrong
+    entries although validation's native scan had just found the order.  From NATIVE_MIN
+    entries on, the scan wins; the user's operand keeps its (wrong) flag and buffers."""
+    from sparsecc.runtime.validate import NATIVE_MIN
+    rng = np.random.default_rng(4)
+    nnz = NATIVE_MIN + 100
+    c = rng.integers(0, 20, size=(3, nnz))
+    A = sp.coo_array((rng.random(nnz), tuple(c)), shape=(20, 20, 20))
+    A.has_canonical_format = True
+    before = [a.copy() for a in (A.data, *A.coords)]
+    D = np.zeros((20, 20, 20))
+    np.add.at(D, tuple(c), A.data)
+    ops = [A] + [rng.random((20, 16)) if t == "jr" or t == "kr" else rng.random(20)
+                 for t in expr.split("->")[0].split(",")[1:]]
+    got = sc.einsum(expr, *ops, out_format=out)
+    got = got.toarray() if hasattr(got, "toarray") else (got.todense() if hasattr(got, "todense") else got)
+    np.testing.assert_allclose(got, np.einsum(expr, D, *ops[1:]), rtol=1e-10, atol=1e-12)
+    assert A.has_canonical_format and all((a == b).all() for a, b in zip(before, (A.data, *A.coords)))

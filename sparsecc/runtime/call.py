@@ -379,6 +379,10 @@ def _call_general(self, args, kwargs):
                 t = type(x)
             if check:
                 ordered = validate(x, what, defer, len(values))
+                if ordered is False and x.has_canonical_format:
+                    # SciPy's flag says canonical, the scan says not: every later step (SciPy's
+                    # own sum_duplicates included) would trust the flag; a flagless view
+                    x = _flagless(x)
                 if ordered is not None:
                     orders = (orders or []) + [(x, ordered)]
             if t in _SPARSE_TYPES:
@@ -438,6 +442,13 @@ def _call_general(self, args, kwargs):
     del operands
     return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
                 result_view(out_fmt, block, plan.packer.result_at), self.prune)
+
+
+def _flagless(x):
+    """COO operand ``x`` over the same buffers, not flagged canonical (no copy)."""
+    y = sp.coo_array((x.data, tuple(x.coords)), shape=x.shape, copy=False)
+    y.has_canonical_format = False
+    return y
 
 
 def _failed(source: str, rc: int, defer):

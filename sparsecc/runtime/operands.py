@@ -153,15 +153,22 @@ def is_canonical_coo(x) -> bool:
     """Sorted, duplicate-free coordinates?  SciPy's flag, or one O(nnz) pass: a native
     scan for large operands (validate's, when it just ran), else NumPy (a coo_array built
     from coordinates is flagged non-canonical even when it is).  Exact for coordinates in
-    range, which ``validate`` checks first (``check=False`` promises them)."""
+    range, which ``validate`` checks first (``check=False`` promises them).  A large
+    operand's scan in this call wins over SciPy's flag (a flag set True on unsorted
+    coordinates gave wrong sparse results); below ``NATIVE_MIN`` entries the flag is
+    trusted, as SciPy trusts it."""
+    if x.nnz >= NATIVE_MIN:
+        ordered = scanned_order(x)          # validate() scanned this operand in this call
+        if ordered is not None:
+            return ordered
     if x.has_canonical_format:
         return True
     if x.nnz < 2:
         return True
     coords = x.coords
     if x.nnz >= NATIVE_MIN:
-        # validate() just scanned this operand in this call (check=True), or one native pass now
-        ordered = scanned_order(x)
+        # one native pass now (check=False, or validate did not scan)
+        ordered = None
         if ordered is None:
             scan = coo_scan(coords, x.shape)
             ordered = None if scan is None else scan[1]
