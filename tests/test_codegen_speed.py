@@ -132,3 +132,101 @@ def test_reassociate_validated(bad):
 def test_reassociate_splits_the_cache():
     assert sc.Options(reassociate=True).key() != sc.Options().key()
     assert sc.Options(reassociate=np.bool_(True)).reassociate is True
+
+
+# --------------------------------------------------------------------------- the COO scan
+# check=True's native COO scan (runtime/validate.py) compares 32-bit coordinates in 32 bits,
+# each entry with the previous one read from memory (vectorized; issue 14, TTV).  Oracle: the
+# same two facts written out in NumPy.
+
+def _oracle(coords, shape):
+    c = [np.asarray(x, np.int64) for x in coords]
+    in_range = all(((x >= 0) & (x < n)).all() for x, n in zip(c, shape))
+    ordered = True
+    if c[0].size > 1:
+        gt = np.zeros(c[0].size - 1, bool)
+        eq = np.ones(c[0].size - 1, bool)
+        for x in c:
+            d = np.diff(x)
+            gt |= eq & (d > 0)
+            eq &= d == 0
+        ordered = bool(gt.all())
+    return in_range, ordered
+
+
+def _canonical(rng, shape, nnz, dtype):
+    flat = np.sort(rng.choice(int(np.prod(shape)), size=nnz, replace=False))
+    return [c.astype(dtype) for c in np.unravel_index(flat, shape)]
+
+
+def _edit(coords, case, shape):
+    c = [x.copy() for x in coords]
+    n = c[0].size
+    if case == "swap-first":
+        for x in c:
+            x[0], x[1] = x[1], x[0]
+    elif case == "swap-last":
+        for x in c:
+            x[-2], x[-1] = x[-1], x[-2]
+    elif case == "duplicate":
+        for x in c:
+            x[n // 2] = x[n // 2 - 1]
+    elif case == "last-dim-down":
+        c[-1][n // 3] = c[-1][n // 3 - 1] - 1 if c[-2][n // 3] == c[-2][n // 3 - 1] else c[-1][n // 3]
+        c[-2][n // 3] = c[-2][n // 3 - 1]
+        c[0][n // 3] = c[0][n // 3 - 1]
+    elif case == "negative":
+        c[1][7] = -1
+    elif case == "equal-to-size":
+        c[2][-1] = shape[2]
+    elif case == "first-out-of-range":
+        c[0][0] = shape[0]
+    return c
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("case", ["canonical", "swap-first", "swap-last", "duplicate", "last-dim-down",
+                                  "negative", "equal-to-size", "first-out-of-range"])
+def test_coo_scan_matches_numpy(case, dtype):
+    from sparsecc.runtime.validate import NATIVE_MIN, coo_scan
+    rng = np.random.default_rng(SEED)
+    shape = (40, 50, 60)
+    coords = _edit(_canonical(rng, shape, NATIVE_MIN + 123, dtype), case, shape)
+    keep = [x.copy() for x in coords]
+    got = coo_scan(coords, shape)
+    assert got == _oracle(coords, shape)
+    assert all(np.array_equal(a, b) for a, b in zip(coords, keep))
+
+
+def test_coo_scan_strided_and_huge_dimension():
+    from sparsecc.runtime.validate import NATIVE_MIN, coo_scan
+    rng = np.random.default_rng(SEED)
+    shape = (70, 80, 90)
+    aos = np.stack(_canonical(rng, shape, NATIVE_MIN + 5, np.int32), axis=1)     # (nnz, 3) rows
+    views = [aos[:, d] for d in range(3)]                                        # stride 3
+    assert coo_scan(views, shape) == (True, True)
+    aos[100, 2] = 90
+    assert coo_scan(views, shape) == _oracle(views, shape)
+    assert coo_scan(views, shape)[0] is False
+    # a dimension beyond 2^31: every non-negative int32 coordinate is in range, a negative one not
+    big = (70, 80, 1 << 33)
+    c = _canonical(rng, shape, NATIVE_MIN + 5, np.int32)
+    c[2][-1] = np.iinfo(np.int32).max
+    assert coo_scan(c, big) == _oracle(c, big) == (True, True)
+    c[2][3] = -5
+    assert coo_scan(c, big) == _oracle(c, big)
+    assert coo_scan(c, big)[0] is False
+
+
+def test_checked_ttv_on_large_coo_matches_and_refuses():
+    rng = np.random.default_rng(SEED)
+    from sparsecc.runtime.validate import NATIVE_MIN
+    shape = (30, 40, 50)
+    c = _canonical(rng, shape, NATIVE_MIN + 17, np.int32)
+    T = sp.coo_array((rng.standard_normal(c[0].size), tuple(c)), shape=shape)
+    v = rng.standard_normal(shape[2])
+    k = sc.compile("ijk,k->ij", "coo", "dense", out_format="dense")
+    np.testing.assert_allclose(k(T, v), np.einsum("ijk,k->ij", T.toarray(), v), rtol=1e-12, atol=1e-12)
+    T.coords[1][9] = 40
+    with pytest.raises(sc.OperandError):
+        k(T, v)
