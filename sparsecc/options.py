@@ -52,6 +52,11 @@ class Options:
             ``None``: 32 where they fit.
         loop_order: ``"default"`` or ``"dense-outer"`` (MLIR's loop-ordering strategy, where
             the formats leave a choice).
+        reassociate: Let LLVM reorder the additions of a sum over stored entries (the
+            ``+`` reduction of an inner loop: SpMV's row sums) into several partial sums
+            (``fastmath<reassoc>`` on that add), so it unrolls them with independent
+            accumulators and vectorizes them.  Results may then differ from a
+            left-to-right sum in the last bits; they stay the same for any thread count.
 
         device: ``"cpu"`` or ``"cuda"`` (also the ``device=`` argument of ``sc.einsum``,
             ``sc.evaluate``, ``sc.compile``).
@@ -71,6 +76,7 @@ class Options:
     vector_length: int = 0
     index_width: int | None = None
     loop_order: str = "default"
+    reassociate: bool = False
     device: str = "cpu"
     gpu_arch: str | None = None
     device_buffers: tuple = ()
@@ -97,6 +103,9 @@ class Options:
             raise SparseccError(f"index_width must be None, 32 or 64, got {self.index_width!r}")
         if not isinstance(self.loop_order, str) or self.loop_order not in LOOP_ORDERS:
             raise SparseccError(f"loop_order must be one of {', '.join(LOOP_ORDERS)}; got {self.loop_order!r}")
+        if not isinstance(self.reassociate, (bool, np.bool_)):
+            raise SparseccError(f"reassociate must be True or False, got {self.reassociate!r}")
+        object.__setattr__(self, "reassociate", bool(self.reassociate))
         if not isinstance(self.device, str) or self.device not in DEVICES:
             raise SparseccError(f"device must be one of {', '.join(DEVICES)}; got {self.device!r}")
         if self.gpu_arch is not None and (not isinstance(self.gpu_arch, str) or self.gpu_arch not in GPU_ARCHS):

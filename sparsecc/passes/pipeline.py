@@ -187,11 +187,11 @@ def pipelines(options: Options = DEFAULT, strategy: str = "none", index32: bool 
 def fingerprint() -> str:
     """Every pipeline table and rewrite, as text: part of the cache key (the options, which
     select among them, and the target, whose facts do, are in the key too)."""
-    from . import guards, rewrites, widen_i1
+    from . import guards, reassoc, rewrites, widen_i1
     tables = (SPARSIFY, BUFFERIZE, OPENMP, LOWER_TO_LLVM, LLVM_AVX512_TUNING)
     return "\n".join([*("\n".join(p for p, _ in t) for t in tables), rewrites.VERSION, guards.VERSION,
                       f"auto={rewrites.AUTO} min_parallel_trip={rewrites.MIN_PARALLEL_TRIP} chunk={rewrites.CHUNK}",
-                      widen_i1.VERSION])
+                      widen_i1.VERSION, reassoc.VERSION])
 
 
 def host_features(features: str) -> str:
@@ -261,6 +261,9 @@ def sparsify_and_bufferize(module, options: Options, requested: str) -> str:
     restrict_to_tensor(module)
     run_passes(module, BUFFERIZE)
     widen_i1_memrefs(module)
+    if options.reassociate:                 # sums of inner loops in any order (options.py)
+        from .reassoc import reassociate_reductions
+        reassociate_reductions(module)
     return strategy
 
 
