@@ -232,28 +232,16 @@ def _unary(fn: str):
 
 
 def permute(input, dims, *, out_format=None):
-    from ..ops.elementwise import _dims
+    from ..ops.elementwise import permute_subscripts
     x = _operand(input, "input")
-    dims = _dims(dims if isinstance(dims, (tuple, list)) else (dims,), "permute: dims")
-    r = x.ndim
-    if sorted(d % r if -r <= d < r else -1 for d in dims) != list(range(r)):
-        raise ShapeError(f"dims {tuple(dims)} is not a permutation of {r} dimensions")
-    letters = string.ascii_lowercase[:r]
-    out = "".join(letters[d % r] for d in dims)
-    return einsum(f"{letters}->{out}", x, out_format=out_format if out_format is not None else _layout(x))
+    return einsum(permute_subscripts(dims, x.ndim), x,
+                  out_format=out_format if out_format is not None else _layout(x))
 
 
 def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
-    from ..ops.elementwise import _dims
+    from ..ops.elementwise import transpose_dims
     x = _operand(input, "input")
-    r = x.ndim
-    dim0, dim1 = _dims((dim0, dim1), "transpose: dim0 and dim1")
-    for d in (dim0, dim1):
-        if not -r <= d < r:
-            raise ShapeError(f"dimension {d} is out of range for a tensor of rank {r}")
-    dims = list(range(r))
-    dims[dim0 % r], dims[dim1 % r] = dims[dim1 % r], dims[dim0 % r]
-    return permute(x, dims, out_format=out_format)
+    return permute(x, transpose_dims(dim0, dim1, x.ndim), out_format=out_format)
 
 
 def sparse_mask(input, mask, *, out_format=None):

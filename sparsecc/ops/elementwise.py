@@ -142,26 +142,34 @@ def permute(input, dims, *, out_format=None):
     """``torch.permute``: dimension ``k`` of the result is dimension ``dims[k]`` of
     ``input`` (an einsum kernel; stored entries move, nothing else changes)."""
     x = as_operand(input, "input")
+    return einsum(permute_subscripts(dims, x.ndim), x,
+                  out_format=out_format if out_format is not None else _default_layout(x))
+
+
+def permute_subscripts(dims, r: int) -> str:
+    """The einsum subscripts of ``permute(x, dims)`` for a rank-``r`` ``x`` (checked)."""
     dims = _dims(dims if isinstance(dims, (tuple, list)) else (dims,), "permute: dims")
-    r = x.ndim
     if sorted(d % r if -r <= d < r else -1 for d in dims) != list(range(r)):
         raise ShapeError(f"dims {tuple(dims)} is not a permutation of {r} dimensions")
     letters = string.ascii_lowercase[:r]
-    out = "".join(letters[d % r] for d in dims)
-    return einsum(f"{letters}->{out}", x, out_format=out_format if out_format is not None else _default_layout(x))
+    return f"{letters}->{''.join(letters[d % r] for d in dims)}"
 
 
-def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
-    """``torch.transpose``: swap two dimensions."""
-    x = as_operand(input, "input")
-    r = x.ndim
+def transpose_dims(dim0, dim1, r: int) -> list:
+    """The ``dims`` of ``permute`` that swap ``dim0`` and ``dim1`` of a rank-``r`` tensor."""
     dim0, dim1 = _dims((dim0, dim1), "transpose: dim0 and dim1")
     for d in (dim0, dim1):
         if not -r <= d < r:
             raise ShapeError(f"dimension {d} is out of range for a tensor of rank {r}")
     dims = list(range(r))
     dims[dim0 % r], dims[dim1 % r] = dims[dim1 % r], dims[dim0 % r]
-    return permute(x, dims, out_format=out_format)
+    return dims
+
+
+def transpose(input, dim0: int = 0, dim1: int = 1, *, out_format=None):
+    """``torch.transpose``: swap two dimensions."""
+    x = as_operand(input, "input")
+    return permute(x, transpose_dims(dim0, dim1, x.ndim), out_format=out_format)
 
 
 def to_dense(input):
