@@ -101,6 +101,15 @@ def _arith(row: dt.DType, op: str, a: str, b: str) -> str:
     return f"{name} {a}, {b} : {row.storage}"
 
 
+def _neg(t: _Text, row: dt.DType, v: str, zero: str | None) -> str:
+    """``-v`` as the sparsifier writes it (kNegF / kNegC / kNegI: ``0 - v``)."""
+    if row.kind == "float":
+        return t.op(f"arith.negf {v} : {row.storage}")
+    if row.kind == "complex":
+        return t.op(f"complex.neg {v} : {row.storage}")
+    return t.op(f"arith.subi {zero}, {v} : {row.storage}")
+
+
 def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool) -> str:
     """The MLIR module of the union kernel; ``formats`` by operand name (widths resolved)."""
     row = dt.TABLE[dtype]
@@ -140,25 +149,13 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
 
     def right_only(y: str) -> str:
         v = term_value(plan.right, y)
-        if plan.op == "+":
-            return v
-        if row.kind == "float":
-            return t.op(f"arith.negf {v} : {T}")
-        if row.kind == "complex":
-            return t.op(f"complex.neg {v} : {T}")
-        return t.op(f"arith.subi {zero}, {v} : {T}")
+        return v if plan.op == "+" else _neg(t, row, v, zero)
 
     def bounds(r: str, f: Format):
         lo = t.load_index(f"%{r}_pos", "%i", f.pos_width)
         i1 = t.op("arith.addi %i, %c1 : index")
         hi = t.load_index(f"%{r}_pos", i1, f.pos_width)
         return lo, hi
-
-    def crd_or_big(r: str, f: Format, p: str, end: str) -> str:
-        inside = t.op(f"arith.cmpi ult, {p}, {end} : index")
-        at = t.op(f"arith.select {inside}, {p}, %c0 : index")
-        j = t.load_index(f"%{r}_crd", at, f.crd_width)
-        return t.op(f"arith.select {inside}, {j}, %big : index")
 
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
@@ -212,32 +209,62 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     end = t.load_index("%C_pos", i1, pw)
     alo, ahi = bounds("A", fa)
     blo, bhi = bounds("B", fb)
-    t(f"%fin:2 = scf.for %w = {start} to {end} step %c1 iter_args(%pa = {alo}, %pb = {blo}) -> (index, index) {{")
-    ja = crd_or_big("A", fa, "%pa", ahi)
-    jb = crd_or_big("B", fb, "%pb", bhi)
+    # the merge while both rows have entries left: no branch on the coordinates (the values
+    # of the three lattice points are computed and one is selected; complex values branch)
+    mg = t.fresh("mg")
+    t(f"{mg}:3 = scf.while (%pa = {alo}, %pb = {blo}, %w = {start}) : (index, index, index) -> (index, index, index) {{")
+    ca = t.op(f"arith.cmpi ult, %pa, {ahi} : index")
+    cb = t.op(f"arith.cmpi ult, %pb, {bhi} : index")
+    both = t.op(f"arith.andi {ca}, {cb} : i1")
+    t(f"scf.condition({both}) %pa, %pb, %w : index, index, index")
+    t("} do {")
+    t("^bb0(%qa: index, %qb: index, %qw: index):")
+    ja = t.load_index("%A_crd", "%qa", fa.crd_width)
+    jb = t.load_index("%B_crd", "%qb", fb.crd_width)
     le = t.op(f"arith.cmpi ule, {ja}, {jb} : index")
     ge = t.op(f"arith.cmpi uge, {ja}, {jb} : index")
     j = t.op(f"arith.minui {ja}, {jb} : index")
-    t.store_index(j, "%C_crd", "%w", cw)
+    t.store_index(j, "%C_crd", "%qw", cw)
     eq = t.op(f"arith.andi {le}, {ge} : i1")
-    # the value: one branch per lattice point (loads stay inside their operand's rows)
-    t(f"scf.if {eq} {{")
-    x = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
-    y = t.op(f"memref.load %B_val[%pb] : memref<?x{T}>")
-    v = t.op(_arith(row, plan.op, term_value(plan.left, x), term_value(plan.right, y)))
-    t(f"  memref.store {v}, %C_val[%w] : memref<?x{T}>")
-    t("} else {")
-    t(f"scf.if {le} {{")
-    x = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
-    t(f"  memref.store {term_value(plan.left, x)}, %C_val[%w] : memref<?x{T}>")
-    t("} else {")
-    y = t.op(f"memref.load %B_val[%pb] : memref<?x{T}>")
-    t(f"  memref.store {right_only(y)}, %C_val[%w] : memref<?x{T}>")
-    t("}")
-    t("}")
+    x = t.op(f"memref.load %A_val[%qa] : memref<?x{T}>")
+    y = t.op(f"memref.load %B_val[%qb] : memref<?x{T}>")
+    if row.kind == "complex":
+        t(f"scf.if {eq} {{")
+        v = t.op(_arith(row, plan.op, term_value(plan.left, x), term_value(plan.right, y)))
+        t(f"  memref.store {v}, %C_val[%qw] : memref<?x{T}>")
+        t("} else {")
+        t(f"scf.if {le} {{")
+        t(f"  memref.store {term_value(plan.left, x)}, %C_val[%qw] : memref<?x{T}>")
+        t("} else {")
+        t(f"  memref.store {right_only(y)}, %C_val[%qw] : memref<?x{T}>")
+        t("}")
+        t("}")
+    else:
+        tx, ty = term_value(plan.left, x), term_value(plan.right, y)
+        v_both = t.op(_arith(row, plan.op, tx, ty))
+        v_right = ty if plan.op == "+" else _neg(t, row, ty, zero)
+        one = t.op(f"arith.select {le}, {tx}, {v_right} : {T}")
+        v = t.op(f"arith.select {eq}, {v_both}, {one} : {T}")
+        t(f"memref.store {v}, %C_val[%qw] : memref<?x{T}>")
     da = t.op(f"arith.index_cast {t.op(f'arith.extui {le} : i1 to i64')} : i64 to index")
     db = t.op(f"arith.index_cast {t.op(f'arith.extui {ge} : i1 to i64')} : i64 to index")
-    t(f"scf.yield {t.op(f'arith.addi %pa, {da} : index')}, {t.op(f'arith.addi %pb, {db} : index')} : index, index")
+    t(f"scf.yield {t.op(f'arith.addi %qa, {da} : index')}, {t.op(f'arith.addi %qb, {db} : index')}, "
+      f"{t.op('arith.addi %qw, %c1 : index')} : index, index, index")
+    t("}")
+    # the rest of whichever row has entries left (at most one does)
+    off_a = t.op(f"arith.subi {mg}#2, {mg}#0 : index")
+    t(f"scf.for %p = {mg}#0 to {ahi} step %c1 {{")
+    wa = t.op(f"arith.addi %p, {off_a} : index")
+    t.store_index(t.load_index("%A_crd", "%p", fa.crd_width), "%C_crd", wa, cw)
+    x = t.op(f"memref.load %A_val[%p] : memref<?x{T}>")
+    t(f"memref.store {term_value(plan.left, x)}, %C_val[{wa}] : memref<?x{T}>")
+    t("}")
+    off_b = t.op(f"arith.subi {mg}#2, {mg}#1 : index")
+    t(f"scf.for %p = {mg}#1 to {bhi} step %c1 {{")
+    wb = t.op(f"arith.addi %p, {off_b} : index")
+    t.store_index(t.load_index("%B_crd", "%p", fb.crd_width), "%C_crd", wb, cw)
+    y = t.op(f"memref.load %B_val[%p] : memref<?x{T}>")
+    t(f"memref.store {right_only(y)}, %C_val[{wb}] : memref<?x{T}>")
     t("}")
     t(closing)
     sizes = (m, n)
