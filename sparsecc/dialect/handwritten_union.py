@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from .. import dtypes as dt
 from ..expr import Access, Binary, Statement
 from ..formats import Format
-from .handwritten import _SPEC, _Text, _ity, _loop, _module, _spec_struct
+from . import handwritten
+from .handwritten import _SPEC, MADVISE, _Text, _ity, _loop, _module, _spec_struct, huge_pages
 
 _KINDS = ("float", "int", "complex")
 
@@ -99,30 +100,6 @@ def _arith(row: dt.DType, op: str, a: str, b: str) -> str:
             "-": {"float": "arith.subf", "int": "arith.subi", "complex": "complex.sub"},
             "*": {"float": "arith.mulf", "int": "arith.muli", "complex": "complex.mul"}}[op][row.kind]
     return f"{name} {a}, {b} : {row.storage}"
-
-
-#: ask the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on the result's
-#: coordinates and values: they are fresh pages, and faulting them in 4 KiB at a time
-#: (12k faults for the bench's 48 MB) cost more than the merge, on two threads more still
-HUGE_PAGES = True
-_HUGE = 1 << 21
-MADVISE = "func.func private @madvise(!llvm.ptr, i64, i32) -> i32"
-
-
-def huge_pages(t: _Text, mem: str, ty: str, count: str, itemsize: int) -> None:
-    """``madvise(MADV_HUGEPAGE)`` on the 2 MiB-aligned part of ``mem`` (``count`` elements)."""
-    p = t.op(f"memref.extract_aligned_pointer_as_index {mem} : {ty} -> index")
-    size = t.op(f"arith.muli {count}, {t.op(f'arith.constant {itemsize} : index')} : index")
-    mask = t.op(f"arith.constant {-_HUGE} : index")
-    up = t.op(f"arith.addi {p}, {t.op(f'arith.constant {_HUGE - 1} : index')} : index")
-    lo = t.op(f"arith.andi {up}, {mask} : index")
-    hi = t.op(f"arith.andi {t.op(f'arith.addi {p}, {size} : index')}, {mask} : index")
-    ok = t.op(f"arith.cmpi ugt, {hi}, {lo} : index")
-    t(f"scf.if {ok} {{")
-    n = t.op(f"arith.index_cast {t.op(f'arith.subi {hi}, {lo} : index')} : index to i64")
-    ptr = t.op(f"llvm.inttoptr {t.op(f'arith.index_cast {lo} : index to i64')} : i64 to !llvm.ptr")
-    t.op(f"func.call @madvise({ptr}, {n}, {t.op('arith.constant 14 : i32')}) : (!llvm.ptr, i64, i32) -> i32")
-    t("}")
 
 
 def _neg(t: _Text, row: dt.DType, v: str, zero: str | None) -> str:
@@ -226,7 +203,7 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     cap = t.op(f"arith.maxui {nnz}, %c1 : index")
     t(f"%C_crd = memref.alloc({cap}) : memref<?x{_ity(cw)}>")
     t(f"%C_val = memref.alloc({cap}) : memref<?x{T}>")
-    if HUGE_PAGES:
+    if handwritten.HUGE_PAGES:
         huge_pages(t, "%C_crd", f"memref<?x{_ity(cw)}>", cap, cw // 8)
         huge_pages(t, "%C_val", f"memref<?x{T}>", cap, row.numpy.itemsize)
     # phase 2: the merge writes the row (the thread count follows the result's entries)
@@ -297,4 +274,4 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     sizes = (m, n)
     spec = _spec_struct(t, sizes[0], sizes[1], m1, nnz)
     t(f"return %C_pos, %C_crd, %C_val, {spec} : {results}")
-    return _module([MADVISE] if HUGE_PAGES else [], head, t.lines)
+    return _module([MADVISE] if handwritten.HUGE_PAGES else [], head, t.lines)
