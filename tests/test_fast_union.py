@@ -244,3 +244,13 @@ def test_large_union_in_a_subprocess():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "complex64"])
+def test_union_other_dtypes(dtype):
+    rng = np.random.default_rng(_seed("other", dtype))
+    A, B = _operands("plain", dtype, rng, np.int32, np.int64)
+    for name in ("sub", "scaled"):
+        k, C = _run(name, A, B, dtype)
+        assert _handwritten(k)
+        _same(C, STATEMENTS[name][1](A.toarray(), B.toarray(), *_scalars(dtype)), dtype)
