@@ -4,7 +4,7 @@ and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specializ
 
 from __future__ import annotations
 
-from ..dialect import handwritten
+from ..dialect import handwritten, handwritten_union
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
 from ..options import Options
@@ -21,11 +21,14 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     if got is not None:
         return got
     plan = handwritten.match(stmt, formats, dtypes, out_format)
+    module = handwritten
+    if plan is None:    # element-wise union (A + B, a*A - b*B) with a CSR/CSC result
+        plan, module = handwritten_union.match(stmt, formats, dtypes, out_format), handwritten_union
     if plan is None or (huge and plan.kind == "spgemm"):
         return None
     parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
     fmts = dict(zip(stmt.operands, formats))
-    mlir = handwritten.emit(plan, fmts, out_format, dtypes[0], parallel)
+    mlir = module.emit(plan, fmts, out_format, dtypes[0], parallel)
     mod = load_module(mlir, what=f"'{stmt}' ({plan.kind}, hand-written loops)", options=options, memo=False)
     sig = KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], out_format)
     n = len(plan.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
