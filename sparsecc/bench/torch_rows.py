@@ -35,7 +35,7 @@ def _inputs(n: int, density: float, k: int, seed: int):
     idx = torch.randint(0, n * n, (nnz,), generator=g).unique()
     rows, cols = idx // n, idx % n
     vals = torch.randn(len(idx), generator=g, dtype=torch.float64)
-    A = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n)).coalesce().to_sparse_csr()
+    A = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n), check_invariants=True).coalesce().to_sparse_csr()
     M = torch.sparse_csr_tensor(A.crow_indices(), A.col_indices(), torch.ones_like(A.values()), (n, n))
     B = torch.randn(n, k, generator=g, dtype=torch.float64)
     U = torch.randn(n, k, generator=g, dtype=torch.float64)
