@@ -292,3 +292,24 @@ def test_repeated_calls_keep_the_fused_check(range_checks, index, monkeypatch):
         k(bad, x)
     np.testing.assert_allclose(k(A, x), A @ x)
     monkeypatch.setattr(call_mod, "_call_general", general)
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("bad", [10, -1, 2**31 - 1])
+def test_small_operands_on_the_repeated_call_path_leave_indices_to_the_kernel(index, bad, monkeypatch):
+    """A small CSR on the repeated-call path of a guarded kernel has only its structure
+    checked in Python; a bad index must still be an OperandError (found by the kernel)."""
+    from sparsecc.runtime import call as call_mod
+    A = sp.random_array((10, 10), density=0.3, random_state=3, format="csr")
+    A.indices, A.indptr = A.indices.astype(index), A.indptr.astype(index)
+    x = np.ones(10)
+    k = sc.compile("ij,j->i")
+    for _ in range(2):
+        np.testing.assert_allclose(k(A, x), A @ x)
+    assert k._call_info.fast is not None
+    B = A.copy()
+    B.indices[0 if bad < 0 else -1] = bad        # still sorted: a canonical operand
+    monkeypatch.setattr(call_mod, "_call_general", lambda *a, **kw: pytest.fail("left the repeated-call path"))
+    with pytest.raises(sc.OperandError, match="out of range|negative"):
+        k(B, x)
+    np.testing.assert_allclose(k(A, x), A @ x)

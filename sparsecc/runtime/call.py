@@ -35,7 +35,7 @@ from .operands import (_INDEX, INT32_MAX, aos_like, as_operand, coo_aos, default
 from .results import result_view, wrap
 from .specialization import (HUGE_FACTOR, HUGE_SLACK, Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
-from .validate import SMALL, _small_compressed_ok, check_deferred, check_widths, known_orders, validate
+from .validate import SMALL, check_deferred, small_compressed_ok_typed, check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -496,7 +496,7 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
         return None
     source, consts = src
     namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.zeros, "_spec": _spec, "_STATS": STATS,
-                 "_small_ok": _small_compressed_ok, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
+                 "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
                  "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
@@ -578,7 +578,7 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         if load is load_compressed and r == 2:
             outer, inner = (dk[fmt.order[0]], dk[fmt.order[1]])
             # (validate's own check over Python lists where it takes them, else validate)
-            checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}):",
+            checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}, {k in plan.guarded}):",
                        f"    _validate({a}, _W{k}, defer, {k})"]
         else:
             checks.append(f"_validate({a}, _W{k})")
@@ -622,7 +622,12 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
     lines += ["try:", "    block, base = _MINE.block", "except AttributeError:", "    block, base = _BLOCK()"]
     fill, pack = _memref.fill_source([size[j] for j in plan.size_slots], layout,
                                      ("out", out_dims) if dense_out else None, plan.packer.args_at // 8)
-    lines += fill + [pack, "rc = _ENTRY(base)", "if rc:", "    _failed(_SOURCE, rc, defer)"]
+    lines += fill + [pack, "rc = _ENTRY(base)", "if rc:"]
+    # a kernel that found an index out of range: the deferred checks (large operands), then
+    # the full check of small ones, name the operand and the index
+    lines += ["    if rc == 2 and defer:", "        _check_deferred(defer)"]
+    lines += [f"    if rc == 2 and defer is not None: _validate({names[k]}, _W{k})" for k in sorted(plan.guarded)]
+    lines += ["    _failed(_SOURCE, rc, defer)"]
     if dense_out:
         lines.append("return out" if out_dims else "return out[()]")
     else:

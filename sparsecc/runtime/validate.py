@@ -142,6 +142,23 @@ def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> b
     return min(c) >= 0 and max(c) < n_inner
 
 
+def small_compressed_ok_typed(indptr, indices, data, n_outer: int, n_inner: int, guarded: bool = False) -> bool:
+    """:func:`_small_compressed_ok` for arrays whose types and index dtypes the caller has
+    already checked (the repeated-call path's guards): the same checks, less overhead.
+    ``guarded``: the kernel range-checks ``indices`` itself (``passes/guards.py``), so only
+    the structure (``indptr``, sizes) is checked here."""
+    if n_outer >= SMALL or indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1:
+        return False
+    p = indptr.tolist()
+    n = indices.size
+    if len(p) != n_outer + 1 or p[0] != 0 or p[-1] != n or n != data.size or n > SMALL or p != sorted(p):
+        return False
+    if not n or guarded:
+        return True
+    c = indices.tolist()
+    return min(c) >= 0 and max(c) < n_inner
+
+
 def validate(x, what: str, defer: list | None = None, k: int = 0) -> bool | None:
     """Raise OperandError if the buffers of a SciPy operand are inconsistent.  Everything is
     read from the operand on every call: nothing is remembered between calls, since arrays
