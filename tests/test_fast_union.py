@@ -226,7 +226,8 @@ def test_union_threads_bitwise_equal():
         out.append(sc.evaluate("C[i,j] = A[i,j] - B[i,j]", A=A, B=B))
     for x, y in ((out[0].indptr, out[1].indptr), (out[0].indices, out[1].indices), (out[0].data, out[1].data)):
         assert x.tobytes() == y.tobytes()
-    _same(out[1], (A - B).toarray(), "float64")
+    ref = A - B                         # sparse: a dense 20000 x 5000 copy took 10 s
+    assert out[1].nnz == ref.nnz and abs(out[1] - ref).max() == 0
 
 
 def test_large_union_in_a_subprocess():
