@@ -366,7 +366,8 @@ def _chunked(kind, A, chunks):
     return da.from_array(A.toarray(), chunks=chunks)
 
 
-@pytest.mark.parametrize("kind,case", [("scipy", "random"), ("numpy", "random"),
+@pytest.mark.parametrize("kind,case", [("scipy", "random"),
+                                       pytest.param("numpy", "random", marks=pytest.mark.slow),
                                        ("scipy", "empty"), ("scipy", "single")])
 @pytest.mark.parametrize("implicit_zeros", [True, False])
 def test_op_reductions_split_along_the_reduced_index(client, kind, case, implicit_zeros, rng):
@@ -442,7 +443,7 @@ def test_op_softmax_along_a_split_dimension_is_rechunked(client, log, dim, rng):
     np.testing.assert_allclose(dense(got), want, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])
 def test_op_linalg_over_dask_arrays(client, dtype, rng):
     A = random_sparse((10, 12), 0.3, dtype, rng, fmt="csr")
     B = random_dense((12, 5), dtype, rng)
