@@ -61,3 +61,23 @@ def assert_matches(got, want):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# The largest parametrized sweeps run in full with ``-m slow`` (python -m pytest -m slow);
+# a default run (CI) keeps a fixed half of each, chosen by a hash of the test id, so the
+# suite stays under 10 minutes on 2 cores.  docs/reliability.md ("Running the tests").
+HALVED_IN_DEFAULT_RUNS = (
+    "tests/test_einsum_oracle.py::test_formats_float64",
+    "tests/test_sparse_results.py::test_every_input_and_output_format",
+    "tests/test_fast_union.py::test_union_matches_scipy",
+    "tests/test_fast_mttkrp.py::test_mttkrp_matches_einsum",
+    "tests/test_fast_mttkrp.py::test_ttv_matches_einsum",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    import zlib
+    for item in items:
+        if item.nodeid.split("[")[0] in HALVED_IN_DEFAULT_RUNS and zlib.crc32(item.nodeid.encode()) % 2:
+            item.add_marker(pytest.mark.slow)
