@@ -63,7 +63,7 @@ def rng():
     return np.random.default_rng(1234)
 
 
-# The largest parametrized sweeps run in full with ``-m slow`` (python -m pytest -m slow);
+# The largest parametrized sweeps (14) run in full with ``-m slow`` (python -m pytest -m slow);
 # a default run (CI) keeps a fixed half of each, chosen by a hash of the test id, so the
 # suite stays under 10 minutes on 2 cores.  docs/reliability.md ("Running the tests").
 HALVED_IN_DEFAULT_RUNS = (
@@ -72,6 +72,15 @@ HALVED_IN_DEFAULT_RUNS = (
     "tests/test_fast_union.py::test_union_matches_scipy",
     "tests/test_fast_mttkrp.py::test_mttkrp_matches_einsum",
     "tests/test_fast_mttkrp.py::test_ttv_matches_einsum",
+    "tests/test_threads_options.py::test_every_strategy_matches_einsum_and_the_serial_kernel",
+    "tests/test_einsum_oracle.py::test_dtypes",
+    "tests/test_notation.py::test_evaluate",
+    "tests/test_semirings.py::test_monoid_reductions_against_oracle",
+    "tests/test_ops_reductions.py::test_scatter_reduce_random_against_torch",
+    "tests/test_ops_sweep.py::test_reduction_sweep",
+    "tests/test_neighbours.py::test_serial_and_parallel_are_bit_identical",
+    "tests/test_structure_fixes.py::test_repeated_index_next_to_other_operands",
+    "tests/test_ops_reductions.py::test_value_semantics_match_numpy",
 )
 
 
