@@ -38,6 +38,9 @@ _FORMAT_OF = {sp.csr_array: "csr", sp.csr_matrix: "csr", sp.csc_array: "csc", sp
 
 _INDEX_DTYPES = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
                                                   np.uint8, np.uint16, np.uint32, np.uint64))
+#: CSR/CSC/BSR index arrays: SciPy's sparsetools (``has_canonical_format``, conversions)
+#: refuse uint64, which no signed index type holds
+_COMPRESSED_INDEX_DTYPES = _INDEX_DTYPES - {np.dtype(np.uint64)}
 
 
 def _index_array(a, what: str, name: str) -> np.ndarray:
@@ -83,6 +86,10 @@ def _compressed(indptr, indices, data, n_outer: int, n_inner: int, what: str, ki
                 defer: list | None = None, k: int = 0) -> None:
     indptr = _index_array(indptr, what, "indptr")
     indices = _index_array(indices, what, "indices")
+    for name, a in (("indptr", indptr), ("indices", indices)):
+        if a.dtype not in _COMPRESSED_INDEX_DTYPES:
+            raise OperandError(f"{what}: {name} has dtype {a.dtype}, which SciPy's sparse routines do not "
+                               f"take; use int32 or int64")
     if indptr.size != n_outer + 1:
         raise OperandError(f"{what}: indptr has {indptr.size} entries, expected {n_outer + 1} "
                            f"(one per {kind} plus one)")
@@ -130,7 +137,7 @@ def _small_compressed_ok(indptr, indices, data, n_outer: int, n_inner: int) -> b
     True if it is valid; False sends it to ``_compressed``, which says what is wrong."""
     if not (n_outer < SMALL and type(indptr) is np.ndarray and type(indices) is np.ndarray
             and type(data) is np.ndarray and indptr.ndim == 1 and indices.ndim == 1 and data.ndim == 1
-            and indptr.dtype in _INDEX_DTYPES and indices.dtype in _INDEX_DTYPES):
+            and indptr.dtype in _COMPRESSED_INDEX_DTYPES and indices.dtype in _COMPRESSED_INDEX_DTYPES):
         return False
     p = indptr.tolist()
     if len(p) != n_outer + 1 or p[0] != 0 or p[-1] != len(indices) or len(indices) != len(data) \

@@ -1,0 +1,36 @@
+"""Adversarial calls (a hostile user's operands) of the call path: the repeated-call path
+next to the general one, index dtypes SciPy's own routines refuse, operands changed in
+place between calls.  Each result is compared with numpy.einsum on dense copies; bad input
+must be a SparseccError before native code runs."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+
+def _csr(m, n, density, rng, fmt="csr"):
+    return sp.random_array((m, n), density=density, format=fmt, rng=rng)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
+@pytest.mark.parametrize("m,n", [(4, 3), (300, 200)])
+def test_uint64_index_arrays_are_an_operand_error(fmt, m, n):
+    # SciPy's sparsetools take int32/int64 indices only: a uint64 indptr/indices used to
+    # reach has_canonical_format (ValueError) or BSR's conversion (TypeError)
+    rng = np.random.default_rng(0)
+    A = _csr(m, n, 0.3, rng).asformat(fmt).copy()
+    A.indices = A.indices.astype(np.uint64)
+    A.indptr = A.indptr.astype(np.uint64)
+    before = (A.indices.copy(), A.indptr.copy())
+    x = rng.random(n)
+    with pytest.raises(sc.OperandError, match="uint64"):
+        sc.einsum("ij,j->i", A, x)
+    assert A.indices.dtype == np.uint64 and np.array_equal(A.indices, before[0])
+    assert np.array_equal(A.indptr, before[1])
+    # the same arrays as int64 work, before and after
+    B = A.copy()
+    B.indices = B.indices.astype(np.int64)
+    B.indptr = B.indptr.astype(np.int64)
+    np.testing.assert_allclose(sc.einsum("ij,j->i", B, x), np.einsum("ij,j->i", B.toarray(), x))
