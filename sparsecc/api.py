@@ -12,7 +12,7 @@ from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from .runtime.kernel import STATS, Kernel, Stats
-from .runtime.operands import as_operand
+from .runtime.operands import as_operand, to_coo
 from .runtime.validate import validate
 from .semiring import apply as apply_semiring
 from .semiring import lookup as lookup_semiring
@@ -388,7 +388,7 @@ def _drop_dims(x, dims: list[int], what: str):
     if sp.issparse(x):
         x = as_operand(x, what)
         validate(x, what)           # SciPy's tocoo trusts the buffers: check them first
-        c = x.tocoo() if x.format != "coo" else x
+        c = to_coo(x)
         keep = [d for d in range(c.ndim) if d not in dims]
         out = sp.coo_array((c.data, tuple(c.coords[d] for d in keep)), shape=tuple(c.shape[d] for d in keep))
         out.has_canonical_format = bool(c.has_canonical_format)

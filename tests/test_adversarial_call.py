@@ -34,3 +34,38 @@ def test_uint64_index_arrays_are_an_operand_error(fmt, m, n):
     B.indices = B.indices.astype(np.int64)
     B.indptr = B.indptr.astype(np.int64)
     np.testing.assert_allclose(sc.einsum("ij,j->i", B, x), np.einsum("ij,j->i", B.toarray(), x))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("expr,others", [
+    ("ij,ik,kj->ij", lambda rng: [rng.random((5, 3)), rng.random((3, 4))]),
+    ("ij,jk->ik", lambda rng: [sp.random_array((4, 3), density=0.5, format="csr", rng=rng)]),
+    ("ij,j->i", lambda rng: [rng.random(4)]),
+    ("ji,j->i", lambda rng: [rng.random(5)]),
+    ("ij->ji", lambda rng: []),
+])
+@pytest.mark.parametrize("ptr,idx", [(np.int64, np.int32), (np.int32, np.int64)])
+def test_mixed_index_dtypes_in_any_layout(fmt, expr, others, ptr, idx):
+    # an int64 indptr next to int32 indices: SciPy's own tocoo() raised a bare ValueError
+    # ("Output dtype not compatible with inputs") when the kernel wanted another layout
+    rng = np.random.default_rng(1)
+    A = sp.random_array((5, 4), density=0.5, format=fmt, rng=rng)
+    A.indptr = A.indptr.astype(ptr)
+    A.indices = A.indices.astype(idx)
+    ops = others(rng)
+    want = np.einsum(expr, A.toarray(), *[o.toarray() if sp.issparse(o) else o for o in ops])
+    for _ in range(2):
+        got = sc.einsum(expr, A, *ops)
+        got = got.toarray() if sp.issparse(got) else got
+        np.testing.assert_allclose(got, want)
+    assert A.indptr.dtype == ptr and A.indices.dtype == idx
+
+
+def test_mixed_index_dtypes_in_ops_that_read_coordinates():
+    # the same SciPy tocoo() failure in the op library (sibling of the kernel call path)
+    rng = np.random.default_rng(2)
+    A = sp.random_array((5, 4), density=0.5, format="csr", rng=rng)
+    A.indptr = A.indptr.astype(np.int64)
+    D = rng.random((5, 4))
+    got = sc.ops.sparse_mask(D, A)
+    np.testing.assert_allclose(got.toarray(), np.where(A.toarray() != 0, D, 0))

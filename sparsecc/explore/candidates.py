@@ -14,6 +14,7 @@ from ..errors import FormatError, OperandError, SparseccError
 from ..expr import describe
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
+from ..runtime.operands import to_coo
 
 #: at most this many candidates unless ``max_candidates`` says otherwise
 MAX_CANDIDATES = 64
@@ -41,7 +42,7 @@ def _block_candidates(x, shape) -> list[str]:
     divides = [b for b in _BLOCK_SIZES if shape[0] % b == 0 and shape[1] % b == 0 and min(shape) >= b]
     if not divides:
         return []
-    c = x.tocoo() if sp.issparse(x) else sp.coo_array(np.asarray(x))
+    c = to_coo(x) if sp.issparse(x) else sp.coo_array(np.asarray(x))
     nnz = c.nnz
     good = []
     for b in divides:

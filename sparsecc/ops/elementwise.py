@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from ..api import einsum, evaluate
 from ..errors import OperandError, ShapeError
-from ..runtime.operands import as_operand
+from ..runtime.operands import as_operand, to_coo
 
 __all__ = ["mul", "add", "sub", "div", "neg", "abs", "sqrt", "sin", "tanh", "log1p", "expm1",
            "transpose", "permute", "to_dense", "from_dense", "sparse_like", "sparse_mask"]
@@ -182,7 +182,7 @@ def to_dense(input):
 def _unique_coords(m) -> tuple[np.ndarray, ...]:
     """The set of ``m``'s stored coordinates, sorted in C order, each once (index
     manipulation only: a lexicographic sort and a comparison of neighbours)."""
-    c = m.tocoo() if m.format != "coo" else m        # tocoo keeps duplicates, copies indices
+    c = to_coo(m)        # tocoo keeps duplicates, copies indices
     coords = [np.asarray(k, np.int64) for k in c.coords]
     if c.nnz == 0:
         return tuple(coords)

@@ -93,10 +93,26 @@ def _idx(a: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=want)
 
 
+def to_coo(x):
+    """SciPy's ``x.tocoo()``, also for a CSR/CSC/BSR operand whose ``indptr`` and ``indices``
+    have different dtypes (an int64 ``indptr`` next to int32 ``indices``), on which SciPy's
+    own ``tocoo`` raises "Output dtype not compatible with inputs": such an operand is first
+    viewed with both index arrays in their common dtype (a copy of the narrower one)."""
+    if x.format == "coo":
+        return x
+    if x.format in ("csr", "csc", "bsr") and x.indptr.dtype != x.indices.dtype:
+        dt = np.promote_types(x.indptr.dtype, x.indices.dtype)
+        y = x.__class__((x.data, x.indices.astype(dt, copy=False), x.indptr.astype(dt, copy=False)),
+                        shape=x.shape, copy=False)
+        if y.indptr.dtype == y.indices.dtype:
+            x = y
+    return x.tocoo()
+
+
 def _coords(x) -> tuple[np.ndarray, np.ndarray]:
     """Canonical (sorted, duplicate-free) coordinates (rank x nnz) and values of any operand."""
     if sp.issparse(x):
-        c = x.tocoo()
+        c = to_coo(x)
         if not is_canonical_coo(c):     # one check; coalescing happens on a copy
             c = coalesce(c)
         coords = np.vstack([np.asarray(k) for k in c.coords]) if c.nnz else np.zeros((c.ndim, 0), np.int64)

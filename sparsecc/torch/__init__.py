@@ -23,6 +23,7 @@ from ..errors import DTypeError, FormatError, OperandError, SparseccError
 from ..formats import Format, resolve
 from ..parse import looks_like_notation, parse_notation
 from ..runtime import threads as _threads
+from ..runtime.operands import to_coo
 
 __all__ = ["einsum", "evaluate", "compile", "TorchKernel", "to_sparsecc", "from_sparsecc", "ops", "library",
            "sync_threads"]
@@ -136,7 +137,7 @@ def from_sparsecc(x) -> torch.Tensor:
         return torch.sparse_csc_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape, check_invariants=False)
     if f == "bsr":
         return torch.sparse_bsr_tensor(_tensor(x.indptr), _tensor(x.indices), _tensor(x.data), shape, check_invariants=False)
-    x = x if f == "coo" else x.tocoo()
+    x = to_coo(x)
     idx = torch.from_numpy(np.stack([np.asarray(c, np.int64) for c in x.coords]) if x.ndim
                            else np.zeros((0, x.nnz), np.int64))
     return torch.sparse_coo_tensor(idx, _tensor(x.data), shape, is_coalesced=bool(x.has_canonical_format),
