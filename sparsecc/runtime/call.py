@@ -556,6 +556,8 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
             layout.append((a, dk))
             dims.append(dk)
             continue
+        if key[0] not in _SPARSE_TYPES:
+            return None     # a subclass (its key is _key_of's general form): the general path
         t, _, r, idx = key
         if len(idx) != 2 or _INDEX[fmt.pos_width] != idx[0] or _INDEX[fmt.crd_width] != idx[1] or \
                 fmt.block is not None:
