@@ -102,13 +102,18 @@ def to_sparsecc(t, what: str = "operand"):
         out.has_canonical_format = bool(t.is_coalesced())
         return out
     if lay == torch.sparse_csr:
-        return sp.csr_array((_np(t.values()), _np(t.col_indices()), _np(t.crow_indices())), shape=shape,
-                            copy=False)
-    if lay == torch.sparse_csc:
-        return sp.csc_array((_np(t.values()), _np(t.row_indices()), _np(t.ccol_indices())), shape=shape,
-                            copy=False)
-    return sp.bsr_array((_np(t.values()), _np(t.col_indices()), _np(t.crow_indices())), shape=shape,
-                        copy=False)
+        cls, parts = sp.csr_array, (t.values(), t.col_indices(), t.crow_indices())
+    elif lay == torch.sparse_csc:
+        cls, parts = sp.csc_array, (t.values(), t.row_indices(), t.ccol_indices())
+    else:
+        cls, parts = sp.bsr_array, (t.values(), t.col_indices(), t.crow_indices())
+    for name, p in zip(("indices", "indptr"), parts[1:]):
+        if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+            raise OperandError(f"{what}: its {name} tensor has dtype {p.dtype}; index tensors hold integers")
+    try:
+        return cls(tuple(_np(p) for p in parts), shape=shape, copy=False)
+    except ValueError as err:       # SciPy's check of the components (built unchecked by torch)
+        raise OperandError(f"{what}: {err}") from None
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:

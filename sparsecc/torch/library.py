@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SparseccError
+from ..autodiff import NotDifferentiableError
+from ..errors import OperandError, SparseccError
 
 __all__ = ["einsum_csr", "einsum_sparse", "einsum_sparse_sampled"]
 
@@ -46,6 +47,10 @@ def _sizes(subscripts, crow, n_cols, dense):
 
 
 def _matrix(crow, col, values, n_cols):
+    if crow.dim() != 1 or crow.shape[0] < 1:
+        raise OperandError(f"einsum_csr's crow tensor has shape {list(crow.shape)}; expected 1-D with one "
+                           f"entry per row plus one")
+    _check_components("csr", [crow, col], values, [crow.shape[0] - 1, n_cols])
     return torch.sparse_csr_tensor(crow, col, values, (crow.shape[0] - 1, n_cols))
 
 
@@ -103,13 +108,34 @@ _COMPONENTS = {"csr": ("crow_indices", "col_indices"), "csc": ("ccol_indices", "
 _SAMPLED_FORMAT = {"csr": "csr", "csc": "csc", "coo": "coo", "bsr": "csr"}
 
 
-def _check(subscripts: str, layout: str, indices, shape, n_dense: int, sampled: bool):
+def _check_components(layout: str, indices, values, shape):
+    """The component tensors' ranks, dtypes and the shape, before torch's constructors (which
+    raise RuntimeError on them, or build a tensor SciPy then refuses)."""
+    if any(int(n) < 0 for n in shape):
+        raise OperandError(f"a {layout} operand has a negative dimension: shape {list(shape)}")
+    for name, t in zip(_COMPONENTS[layout], indices):
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise OperandError(f"the {layout} operand's {name} tensor has dtype {t.dtype}; index tensors "
+                               f"hold integers")
+        want = 2 if layout == "coo" else 1
+        if t.dim() != want or (layout == "coo" and t.shape[0] != len(shape)):
+            raise OperandError(f"the {layout} operand's {name} tensor has shape {list(t.shape)}; expected "
+                               + (f"({len(shape)}, nnz), one row per dimension" if layout == "coo" else "1-D"))
+    vdim = 3 if layout == "bsr" else 1
+    if values.dim() != vdim:
+        raise OperandError(f"the {layout} operand's values tensor has shape {list(values.shape)}; expected "
+                           f"{'(blocks, R, C)' if vdim == 3 else '1-D'}")
+
+
+def _check(subscripts: str, layout: str, indices, shape, n_dense: int, sampled: bool, values=None):
     if layout not in _COMPONENTS:
         raise SparseccError(f"layout is one of {', '.join(_COMPONENTS)}, got {layout!r}")
     want = _COMPONENTS[layout]
     if len(indices) != len(want):
         raise SparseccError(f"a {layout} operand is given by {len(want)} index tensor(s) ({', '.join(want)}), "
                             f"got {len(indices)}")
+    if values is not None:
+        _check_components(layout, indices, values, shape)
     s = subscripts.replace(" ", "")
     lhs, arrow, rhs = s.partition("->")
     terms = lhs.split(",")
@@ -153,7 +179,7 @@ def _values_on(x, g) -> torch.Tensor:
 def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                   shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
     from . import compile as _compile
-    _check(subscripts, layout, indices, shape, len(dense), False)
+    _check(subscripts, layout, indices, shape, len(dense), False, values)
     with torch.no_grad():
         out = _compile(subscripts)(_operand(layout, indices, values, shape), *dense)
     return out if out.layout == torch.strided else out.to_dense()
@@ -173,7 +199,7 @@ def _(subscripts, layout, indices, values, shape, dense):
 def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                           shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
     from . import compile as _compile
-    _check(subscripts, layout, indices, shape, len(dense), True)
+    _check(subscripts, layout, indices, shape, len(dense), True, values)
     x = _operand(layout, indices, values, shape)
     with torch.no_grad():
         out = _compile(subscripts, out_format=_SAMPLED_FORMAT[layout])(x, *dense)
@@ -219,5 +245,18 @@ def _backward_of(sampled: bool):
     return backward
 
 
+def _second_order(ctx, *grads):
+    raise NotDifferentiableError(
+        "second-order gradients through sparsecc kernels are not supported: a gradient computed "
+        "with create_graph=True cannot be differentiated again (docs/torch.md)")
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+# differentiating a gradient (create_graph=True) raises, as for sparsecc.torch's functions
+einsum_csr_backward.register_autograd(_second_order, setup_context=_no_context)
+einsum_sparse_backward.register_autograd(_second_order, setup_context=_no_context)
 einsum_sparse.register_autograd(_backward_of(False), setup_context=_setup_sparse)
 einsum_sparse_sampled.register_autograd(_backward_of(True), setup_context=_setup_sparse)
