@@ -190,8 +190,11 @@ def _attempts_in_order(stmt: Statement, formats: tuple[Format, ...], out_format:
         # order (Gustavson's row-wise loops) and convert.  Never in an operand's order, for
         # the same reason.
         return [(False, in_order), (True, in_order)] if in_order is not None else attempts
-    vias = [in_order] + _orders_of_operands(stmt, formats, out_format)
-    return attempts + [(sp, v) for v in dict.fromkeys(v for v in vias if v is not None) for sp in (False, True)]
+    vias = [v for v in dict.fromkeys([in_order] + _orders_of_operands(stmt, formats, out_format)) if v is not None]
+    # every fused form before any split one: a split puts a sub-expression (b*Y in X + b*Y)
+    # in a dense temporary, and the sparse result then stores every entry (a union with a
+    # dense operand), where the same statement built in another order stores the union
+    return [(False, None)] + [(False, v) for v in vias] + [(True, None)] + [(True, v) for v in vias]
 
 
 #: a call is in the huge-dimension class when an index is larger than HUGE_FACTOR times the
