@@ -95,3 +95,30 @@ def test_subclasses_of_scipy_arrays_next_to_their_bases(cls):
     for op in (A, A, base, A, sp.csr_matrix(base), A):
         for v in (x, x.view(_MyArray)):
             np.testing.assert_allclose(k(op, v), np.einsum("ij,j->i", op.toarray(), np.asarray(v)))
+
+
+def _loose_bools(values):
+    """A bool array whose bytes are not all 0/1 (a uint8 view, as np.frombuffer or an image
+    mask gives): NumPy reads every nonzero byte as True."""
+    return np.asarray(values, np.uint8).view(np.bool_)
+
+
+@pytest.mark.parametrize("expr,make", [
+    ("ij,j->i", lambda xb: [sp.csr_array(np.ones((2, 4))), xb]),
+    ("ij,j->i", lambda xb: [sp.csr_array((xb, np.arange(4), np.array([0, 4])), shape=(1, 4)), np.ones(4)]),
+    ("ij,j->i", lambda xb: [sp.coo_array((xb, (np.zeros(4, np.int64), np.arange(4))), shape=(1, 4)), np.ones(4)]),
+    ("j,j->j", lambda xb: [xb, xb[::-1].copy()]),
+    ("j,j->", lambda xb: [xb, np.arange(4.0)]),
+    ("ij,j->i", lambda xb: [sp.csr_array(np.ones((1, 4), bool)), xb]),
+    ("ij,ij->ij", lambda xb: [sp.csr_array(np.ones((1, 4), bool)), xb.reshape(1, 4)]),
+])
+def test_bool_bytes_other_than_0_and_1_read_as_numpy_reads_them(expr, make):
+    xb = _loose_bools([0, 2, 128, 255])
+    ops = make(xb)
+    want = np.einsum(expr, *[o.toarray() if sp.issparse(o) else o for o in ops])
+    for _ in range(2):      # the general path, then the repeated-call path
+        got = sc.einsum(expr, *ops)
+        got = got.toarray() if sp.issparse(got) else np.asarray(got)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert np.array_equal(xb.view(np.uint8), [0, 2, 128, 255])     # not modified

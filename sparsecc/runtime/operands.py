@@ -369,8 +369,39 @@ def _native(x):
     return np.asarray(x).astype(x.dtype.newbyteorder("="))
 
 
+_BOOL = np.dtype(np.bool_)
+
+
+def canonical_bools(a: np.ndarray) -> np.ndarray:
+    """Bool array ``a`` with every byte 0 or 1: ``a`` itself, or (where some byte is another
+    nonzero value, as in a ``uint8`` array viewed as bool) a copy that holds True there.
+    NumPy reads any nonzero byte as True; kernels store bools as ``i8`` and compute with
+    them as 0/1 (a byte 2 summed as 2, 2 * 128 wrapping to 0)."""
+    if a.size and int(a.view(np.uint8).max()) > 1:
+        return a.view(np.uint8) != 0
+    return a
+
+
+def _bool_loader(load):
+    def load_bools(x, fmt: Format, what: str):
+        bufs, lv = load(x, fmt, what)
+        if lv is None:
+            return canonical_bools(bufs), None
+        bufs = list(bufs)
+        bufs[-1] = canonical_bools(bufs[-1])
+        return bufs, lv
+    return load_bools
+
+
 def loader(x, fmt: Format):
     """The loader for operands of ``x``'s kind run as ``fmt`` (widths resolved)."""
+    if x.dtype == _BOOL:
+        # (the repeated-call path, which knows only the plain loaders, leaves bools alone)
+        return _bool_loader(_loader(x, fmt))
+    return _loader(x, fmt)
+
+
+def _loader(x, fmt: Format):
     if not x.dtype.isnative:
         native = loader(_native(x), fmt)
         return lambda x, fmt, what: native(_native(x), fmt, what)
