@@ -464,7 +464,22 @@ def _failed(source: str, rc: int, defer):
 
 def _out_of_memory(source: str):
     raise MemoryError(f"sparsecc: the kernel '{source}' ran out of memory (an allocation inside "
-                      f"it failed); the temporaries it had allocated so far are leaked")
+                      f"it failed); the temporaries it had allocated so far are leaked" + alloc_limit_note())
+
+
+def alloc_limit_note() -> str:
+    """Where ``SPARSECC_MAX_ALLOC_BYTES`` reads otherwise than it looks (the kernels parse it
+    with C's ``strtoll``: leading digits only, so "1e9" is 1 byte), a sentence saying so."""
+    import os
+    import re
+    v = os.environ.get("SPARSECC_MAX_ALLOC_BYTES")
+    if v is None or re.fullmatch(r"\s*[+-]?\d+", v):
+        return ""
+    m = re.match(r"\s*([+-]?\d+)", v)
+    n = int(m.group(1)) if m else 0
+    read = f"{n} byte{'s' if n != 1 else ''}" if n > 0 else "unset (half of physical memory)"
+    return (f"; SPARSECC_MAX_ALLOC_BYTES={v!r} is read as {read}: the limit is a whole number of bytes "
+            f"(e.g. 1000000000)")
 
 
 def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
@@ -481,7 +496,8 @@ def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
     if rc == 2:
         raise OperandError(f"sparsecc: an operand of {what} holds an index out of range")
     if rc:
-        raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)")
+        raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)"
+                          + alloc_limit_note())
 
 
 # ---------------------------------------------------------------- the repeated-call path
