@@ -25,7 +25,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("value,named", [("70000000", False), ("1e9", True), ("1_000_000_000", True)])
+@pytest.mark.parametrize("value,named", [("70000000", False), ("1e9", True),
+                                         pytest.param("1_000_000_000", True, marks=pytest.mark.slow)])
 def test_small_or_misread_limit(value, named):
     env = dict(os.environ, SPARSECC_MAX_ALLOC_BYTES=value)
     r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, cwd=ROOT, env=env,
