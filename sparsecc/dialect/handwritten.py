@@ -64,6 +64,11 @@ _KINDS = ("float", "int", "complex")
 #: SDDMM's partial sums per dot product (8 measured no faster on this machine: the loop waits
 #: on the rows of Y, not on its adds)
 _UNROLL = 1
+#: SDDMM's vector accumulators (one 64-byte vector each) in the vector dot product (must be
+#: a power of two: they are added pairwise)
+SDDMM_VECTOR_ACCS = 2
+#: SDDMM prefetches the row of Y this many stored entries ahead
+SDDMM_PREFETCH_AHEAD = 2
 #: SpGEMM: a row of at most this many entries is put in order by insertion sort
 INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
@@ -302,10 +307,10 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t(f"scf.for %p = {lo} to {hi} step %c1 {{")
     jv = t.load_index("%A_crd", "%p", fa.crd_width)
     if not plan.y_t:
-        # prefetch the row of Y two entries ahead (one line per 64 bytes): Y's rows are read
-        # in the mask's column order, and the dot product waited on their loads
-        c2 = t.op("arith.constant 2 : index")
-        nx = t.op(f"arith.addi %p, {c2} : index")
+        # prefetch the row of Y SDDMM_PREFETCH_AHEAD entries ahead (one line per 64 bytes):
+        # Y's rows are read in the mask's column order, and the dot product waited on their loads
+        ahead = t.op(f"arith.constant {SDDMM_PREFETCH_AHEAD} : index")
+        nx = t.op(f"arith.addi %p, {ahead} : index")
         last = t.op(f"arith.subi {hi}, %c1 : index")
         nx2 = t.op(f"arith.minui {nx}, {last} : index")
         jn = t.load_index("%A_crd", nx2, fa.crd_width)
@@ -315,9 +320,34 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
         t("}")
     t.store_index(jv, "%C_crd", "%p", cw)
     a = t.op(f"memref.load %A_val[%p] : memref<?x{row.storage}>")
-    # the dot product with U partial sums (k = u mod U), added pairwise at the end: a chain of
-    # dependent floating-point adds was the loop's bound; the order is fixed, so the result
-    # does not depend on the thread count
+    if _vector_width(plan, row):
+        s = _dot_vector(t, plan, row, jv, kk)
+    else:
+        s = _dot_scalar(t, plan, row, jv, kk, zero)
+    v = t.op(_mul(row, a, s))
+    t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
+    t("}")
+    t(closing)
+    spec = _spec_struct(t, m, n, m1, nnz)
+    t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
+      f"memref<?x{row.storage}>, {_SPEC}")
+    return _module(decl, head, t.lines)
+
+
+def _vector_width(plan: Plan, row: dt.DType) -> int:
+    """Lanes of SDDMM's vector dot product (one 64-byte vector), or 0 for the scalar loop:
+    X and Y row-major (a row of each is contiguous) and a float (f32, f64) or integer dtype.
+    Complex dtypes and transposed X or Y (``X[k,i]``, ``Y[k,j]``: strided rows) keep the
+    scalar loop."""
+    if plan.x_t or plan.y_t or row.kind not in ("float", "int"):
+        return 0
+    return 64 // row.numpy.itemsize
+
+
+def _dot_scalar(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str, zero: str) -> str:
+    """``sum[k](X[i,k] * Y[j,k])`` as a scalar loop with ``_UNROLL`` partial sums (k = u mod
+    U, added pairwise at the end); the order is fixed, so the result does not depend on the
+    thread count."""
     U = _UNROLL
     cu = t.op(f"arith.constant {U} : index")
     kr = t.op(f"arith.remui {kk}, {cu} : index")
@@ -347,14 +377,90 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t(f"{s} = scf.for %k = {kmain} to {kk} step %c1 iter_args({racc} = {vals[0]}) -> ({row.storage}) {{")
     t(f"scf.yield {t.op(_add(row, racc, xy_at('%k')))} : {row.storage}")
     t("}")
-    v = t.op(_mul(row, a, s))
-    t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
+    return s
+
+
+def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
+    """``sum[k](X[i,k] * Y[j,k])`` on vectors of W lanes (one 64-byte vector: 8 x f64, 16 x
+    f32), in this fixed order (documented in docs/performance.md):
+
+    * ``SDDMM_VECTOR_ACCS`` vector accumulators; chunk ``c`` (``k`` in ``[c*W, (c+1)*W)``) of
+      the row goes to accumulator ``c mod SDDMM_VECTOR_ACCS``, lane by lane, with a fused
+      multiply-add (integers: multiply, then add);
+    * the last partial chunk (``k mod W`` elements) is read with a masked load and goes to the
+      accumulator that chunk number would have;
+    * the accumulators are added pairwise (0+1, 2+3, then those sums), then the W lanes are
+      halved: lanes ``[0, h)`` plus lanes ``[h, 2h)``, until one lane is left.
+
+    The order depends on k, W and the constants only, never on the thread count or the row's
+    position: every thread count gives the same bits."""
+    W = _vector_width(plan, row)
+    U = SDDMM_VECTOR_ACCS
+    el = row.storage
+    vt = f"vector<{W}x{el}>"
+    mt = f"memref<?x?x{el}>"
+    fl = row.kind == "float"
+    vzero = t.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {vt}")
+
+    def fma(x, y, acc):
+        if fl:
+            return t.op(f"vector.fma {x}, {y}, {acc} : {vt}")
+        return t.op(f"arith.addi {acc}, {t.op(f'arith.muli {x}, {y} : {vt}')} : {vt}")
+
+    step = t.op(f"arith.constant {W * U} : index")
+    kr = t.op(f"arith.remui {kk}, {step} : index")
+    kmain = t.op(f"arith.subi {kk}, {kr} : index")
+    accs = [t.fresh("vacc") for _ in range(U)]
+    res = t.fresh("vpart")
+    tys = ", ".join([vt] * U)
+    t(f"{res}:{U} = scf.for %k = %c0 to {kmain} step {step} "
+      f"iter_args({', '.join(f'{a_} = {vzero}' for a_ in accs)}) -> ({tys}) {{")
+    nxt = []
+    for u in range(U):
+        ku = t.op(f"arith.addi %k, {t.op(f'arith.constant {u * W} : index')} : index") if u else "%k"
+        x = t.op(f"vector.load %X[%i, {ku}] : {mt}, {vt}")
+        y = t.op(f"vector.load %Y[{jv}, {ku}] : {mt}, {vt}")
+        nxt.append(fma(x, y, accs[u]))
+    t(f"scf.yield {', '.join(nxt)} : {tys}")
     t("}")
-    t(closing)
-    spec = _spec_struct(t, m, n, m1, nnz)
-    t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
-      f"memref<?x{row.storage}>, {_SPEC}")
-    return _module(decl, head, t.lines)
+    vals = [f"{res}#{u}" for u in range(U)]
+    # the rest: full chunks (fewer than U), then the masked partial chunk, each into the
+    # accumulator its chunk number gives
+    cw = t.op(f"arith.constant {W} : index")
+    for u in range(U):
+        at = t.op(f"arith.addi {kmain}, {t.op(f'arith.constant {u * W} : index')} : index") if u else kmain
+        left = t.op(f"arith.subi {kk}, {at} : index")
+        has = t.op(f"arith.cmpi sgt, {left}, %c0 : index")
+        full = t.op(f"arith.cmpi uge, {left}, {cw} : index")
+        got = t.fresh("vrest")
+        t(f"{got} = scf.if {has} -> ({vt}) {{")
+        inner = t.fresh("vr")
+        t(f"  {inner} = scf.if {full} -> ({vt}) {{")
+        x = t.op(f"vector.load %X[%i, {at}] : {mt}, {vt}")
+        y = t.op(f"vector.load %Y[{jv}, {at}] : {mt}, {vt}")
+        t(f"scf.yield {fma(x, y, vals[u])} : {vt}")
+        t("} else {")
+        mask = t.op(f"vector.create_mask {left} : vector<{W}xi1>")
+        x = t.op(f"vector.maskedload %X[%i, {at}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+        y = t.op(f"vector.maskedload %Y[{jv}, {at}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+        t(f"scf.yield {fma(x, y, vals[u])} : {vt}")
+        t("}")
+        t(f"scf.yield {inner} : {vt}")
+        t("} else {")
+        t(f"scf.yield {vals[u]} : {vt}")
+        t("}")
+        vals[u] = got
+    add = "arith.addf" if fl else "arith.addi"
+    while len(vals) > 1:
+        vals = [t.op(f"{add} {vals[q]}, {vals[q + 1]} : {vt}") for q in range(0, len(vals), 2)]
+    v, w = vals[0], W
+    while w > 1:
+        h = w // 2
+        lo = t.op(f"vector.shuffle {v}, {v} [{', '.join(map(str, range(h)))}] : vector<{w}x{el}>, vector<{w}x{el}>")
+        hi = t.op(f"vector.shuffle {v}, {v} [{', '.join(map(str, range(h, w)))}] : vector<{w}x{el}>, vector<{w}x{el}>")
+        v = t.op(f"{add} {lo}, {hi} : vector<{h}x{el}>")
+        w = h
+    return t.op(f"vector.extract {v}[0] : {el} from vector<1x{el}>")
 
 
 def _module(decl: list[str], head: str, body: list[str]) -> str:
