@@ -5,6 +5,9 @@ threads bitwise equal.  Oracles: ``numpy.einsum`` on dense copies, a written-out
 the stored entries, and for float64 the documented summation order replayed exactly with
 ``fractions.Fraction`` (each fused multiply-add rounded once), which must match bit for bit."""
 
+import subprocess
+import sys
+import textwrap
 import zlib
 from fractions import Fraction
 
@@ -185,3 +188,35 @@ def test_threads_bitwise_equal(dtype, kk):
     rows = rng.choice(4000, 40, replace=False)               # a sample against NumPy
     sub = A[rows]
     _close(one[rows].toarray(), np.einsum("ij,ik,jk->ij", sub.toarray(), X[rows], Y), dtype)
+
+
+def test_kernel_checks_the_mask_coordinates():
+    """check=True: the kernel range-checks A's coordinates itself (no NumPy pass before the
+    call); a bad one (too large, negative; int32 and int64 indices) raises OperandError naming
+    operand 0.  In a subprocess: a missed check would be a wild read."""
+    code = textwrap.dedent("""
+        import numpy as np, scipy.sparse as sp, sparsecc as sc
+        from sparsecc.errors import OperandError
+        rng = np.random.default_rng(0)
+        k = sc.compile("ij,ik,jk->ij")
+        for width in (np.int32, np.int64):
+            for bad in (30, 2**31 - 1, -1):
+                for kk in (9, 32):
+                    A = sp.random_array((20, 30), density=0.2, rng=rng, format="csr")
+                    A.indices, A.indptr = A.indices.astype(width), A.indptr.astype(width)
+                    X, Y = rng.random((20, kk)), rng.random((30, kk))
+                    good = k(A, X, Y)
+                    assert k._last.guarded, 'the kernel checks no coordinates itself'
+                    A.indices[7] = bad
+                    a0 = A.indices.copy()
+                    try:
+                        k(A, X, Y)
+                    except OperandError as e:
+                        assert "operand 0" in str(e) and "indices" in str(e), e
+                    else:
+                        raise AssertionError(f"no error for index {bad}")
+                    assert (A.indices == a0).all()
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -39,6 +39,8 @@ import numpy as np
 from .. import dtypes as dt
 from ..expr import Access, Binary, Reduce, Statement
 from ..formats import Format
+from ..passes.guards import FLAG_FUNCTION as _FLAG
+from ..passes.guards import SELF_CHECKED as _SELF_CHECKED
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,11 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
         huge_pages(t, "%C_val", f"memref<?x{row.storage}>", cap, row.numpy.itemsize)
     t.store_index("%c0", "%C_pos", "%c0", pw)
     zero = t.op(_zero(row))
+    last_entry = t.op(f"arith.subi {cap}, %c1 : index")
+    # this call's out-of-range flag (runtime/_worker.py): a coordinate of A not below n is
+    # reported there and its entry skipped, so check=True needs no NumPy pass over A's indices
+    flag = t.op(f"llvm.call @{_FLAG}() : () -> !llvm.ptr")
+    one32 = t.op("arith.constant 1 : i32")
     opening, closing = _loop(parallel, "%i", "%c0", m)
     t(opening)
     # the body reads A_pos[i] and A_pos[i + 1]: the thread count follows the stored entries
@@ -309,16 +316,18 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     if not plan.y_t:
         # prefetch the row of Y SDDMM_PREFETCH_AHEAD entries ahead (one line per 64 bytes):
         # Y's rows are read in the mask's column order, and the dot product waited on their loads
+        # (across rows: the next row's first entries are prefetched from this row's last)
         ahead = t.op(f"arith.constant {SDDMM_PREFETCH_AHEAD} : index")
         nx = t.op(f"arith.addi %p, {ahead} : index")
-        last = t.op(f"arith.subi {hi}, %c1 : index")
-        nx2 = t.op(f"arith.minui {nx}, {last} : index")
+        nx2 = t.op(f"arith.minui {nx}, {last_entry} : index")
         jn = t.load_index("%A_crd", nx2, fa.crd_width)
         line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
         t(f"scf.for %kp = %c0 to {kk} step {line} {{")
         t(f"  memref.prefetch %Y[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
         t("}")
     t.store_index(jv, "%C_crd", "%p", cw)
+    inside = t.op(f"arith.cmpi ult, {jv}, {n} : index")     # unsigned: a negative one is huge
+    t(f"scf.if {inside} {{")
     a = t.op(f"memref.load %A_val[%p] : memref<?x{row.storage}>")
     if _vector_width(plan, row):
         s = _dot_vector(t, plan, row, jv, kk)
@@ -326,11 +335,19 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
         s = _dot_scalar(t, plan, row, jv, kk, zero)
     v = t.op(_mul(row, a, s))
     t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
+    t("} else {")
+    t(f"llvm.store {one32}, {flag} : i32, !llvm.ptr")
+    t("}")
     t("}")
     t(closing)
     spec = _spec_struct(t, m, n, m1, nnz)
     t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
       f"memref<?x{row.storage}>, {_SPEC}")
+    decl.append(f"llvm.func @{_FLAG}() -> !llvm.ptr")
+    params, _ = _params(plan, formats, dtype)
+    crd_arg = next(q for q, prm in enumerate(params) if prm.startswith("%A_crd:"))
+    head = head.replace("attributes {llvm.emit_c_interface}",
+                        f"attributes {{llvm.emit_c_interface, {_SELF_CHECKED} = array<i64: {crd_arg}>}}")
     return _module(decl, head, t.lines)
 
 
