@@ -66,11 +66,15 @@ _KINDS = ("float", "int", "complex")
 #: SDDMM's partial sums per dot product (8 measured no faster on this machine: the loop waits
 #: on the rows of Y, not on its adds)
 _UNROLL = 1
-#: SDDMM's vector accumulators (one 64-byte vector each) in the vector dot product (must be
-#: a power of two: they are added pairwise)
-SDDMM_VECTOR_ACCS = 2
-#: SDDMM prefetches the row of Y this many stored entries ahead
-SDDMM_PREFETCH_AHEAD = 2
+#: SDDMM's vector accumulators (one 64-byte vector each) in the vector dot product, a power
+#: of two (they are added pairwise).  1: with k = 32 a second one measured slower in the
+#: cache (2.20 vs 2.43 ms, 400k entries) and no faster on the bench row, where the loads of
+#: Y's rows, not the FMA latency, are the bound; the FMA chains of consecutive entries overlap
+SDDMM_VECTOR_ACCS = 1
+#: SDDMM prefetches the row of Y this many stored entries ahead (across rows); 8-32 measured
+#: alike on the bench row (k = 32) and at k = 8, about 5-10% faster than 2; k = 128 (rows
+#: out of the caches) did not care
+SDDMM_PREFETCH_AHEAD = 16
 #: SpGEMM: a row of at most this many entries is put in order by insertion sort
 INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
@@ -399,18 +403,19 @@ def _dot_scalar(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str, zero: str
 
 def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
     """``sum[k](X[i,k] * Y[j,k])`` on vectors of W lanes (one 64-byte vector: 8 x f64, 16 x
-    f32), in this fixed order (documented in docs/performance.md):
+    f32), in this fixed order (documented in docs/performance.md), with U =
+    ``SDDMM_VECTOR_ACCS`` vector accumulators:
 
-    * ``SDDMM_VECTOR_ACCS`` vector accumulators; chunk ``c`` (``k`` in ``[c*W, (c+1)*W)``) of
-      the row goes to accumulator ``c mod SDDMM_VECTOR_ACCS``, lane by lane, with a fused
+    * chunk ``c`` (``k`` in ``[c*W, (c+1)*W)``) of the main loop (the first ``k - k mod
+      (U*W)`` elements) goes to accumulator ``c mod U``, lane by lane, with a fused
       multiply-add (integers: multiply, then add);
-    * the last partial chunk (``k mod W`` elements) is read with a masked load and goes to the
-      accumulator that chunk number would have;
+    * the full chunks after it, then the partial last chunk (``k mod W`` elements, read with
+      a masked load), go to accumulator 0;
     * the accumulators are added pairwise (0+1, 2+3, then those sums), then the W lanes are
       halved: lanes ``[0, h)`` plus lanes ``[h, 2h)``, until one lane is left.
 
-    The order depends on k, W and the constants only, never on the thread count or the row's
-    position: every thread count gives the same bits."""
+    The order depends on k, W and U only, never on the thread count or the row's position:
+    every thread count gives the same bits."""
     W = _vector_width(plan, row)
     U = SDDMM_VECTOR_ACCS
     el = row.storage
@@ -441,32 +446,30 @@ def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
     t(f"scf.yield {', '.join(nxt)} : {tys}")
     t("}")
     vals = [f"{res}#{u}" for u in range(U)]
-    # the rest: full chunks (fewer than U), then the masked partial chunk, each into the
-    # accumulator its chunk number gives
+    # the rest: the full chunks after the main loop (fewer than U), then the masked partial
+    # chunk, all into accumulator 0
     cw = t.op(f"arith.constant {W} : index")
-    for u in range(U):
-        at = t.op(f"arith.addi {kmain}, {t.op(f'arith.constant {u * W} : index')} : index") if u else kmain
-        left = t.op(f"arith.subi {kk}, {at} : index")
-        has = t.op(f"arith.cmpi sgt, {left}, %c0 : index")
-        full = t.op(f"arith.cmpi uge, {left}, {cw} : index")
-        got = t.fresh("vrest")
-        t(f"{got} = scf.if {has} -> ({vt}) {{")
-        inner = t.fresh("vr")
-        t(f"  {inner} = scf.if {full} -> ({vt}) {{")
-        x = t.op(f"vector.load %X[%i, {at}] : {mt}, {vt}")
-        y = t.op(f"vector.load %Y[{jv}, {at}] : {mt}, {vt}")
-        t(f"scf.yield {fma(x, y, vals[u])} : {vt}")
-        t("} else {")
-        mask = t.op(f"vector.create_mask {left} : vector<{W}xi1>")
-        x = t.op(f"vector.maskedload %X[%i, {at}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
-        y = t.op(f"vector.maskedload %Y[{jv}, {at}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
-        t(f"scf.yield {fma(x, y, vals[u])} : {vt}")
+    kfull = t.op(f"arith.subi {kk}, {t.op(f'arith.remui {kk}, {cw} : index')} : index")
+    if U > 1:
+        a0, got = t.fresh("vacc"), t.fresh("vrest")
+        t(f"{got} = scf.for %k = {kmain} to {kfull} step {cw} iter_args({a0} = {vals[0]}) -> ({vt}) {{")
+        x = t.op(f"vector.load %X[%i, %k] : {mt}, {vt}")
+        y = t.op(f"vector.load %Y[{jv}, %k] : {mt}, {vt}")
+        t(f"scf.yield {fma(x, y, a0)} : {vt}")
         t("}")
-        t(f"scf.yield {inner} : {vt}")
-        t("} else {")
-        t(f"scf.yield {vals[u]} : {vt}")
-        t("}")
-        vals[u] = got
+        vals[0] = got
+    left = t.op(f"arith.subi {kk}, {kfull} : index")
+    has = t.op(f"arith.cmpi ugt, {left}, %c0 : index")
+    got = t.fresh("vtail")
+    t(f"{got} = scf.if {has} -> ({vt}) {{")
+    mask = t.op(f"vector.create_mask {left} : vector<{W}xi1>")
+    x = t.op(f"vector.maskedload %X[%i, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    y = t.op(f"vector.maskedload %Y[{jv}, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    t(f"scf.yield {fma(x, y, vals[0])} : {vt}")
+    t("} else {")
+    t(f"scf.yield {vals[0]} : {vt}")
+    t("}")
+    vals[0] = got
     add = "arith.addf" if fl else "arith.addi"
     while len(vals) > 1:
         vals = [t.op(f"{add} {vals[q]}, {vals[q + 1]} : {vt}") for q in range(0, len(vals), 2)]
