@@ -144,20 +144,26 @@ def test_sixteen_lanes(dtype, kk):
     _close(D.data, _loop(A, X, Y), dtype)
 
 
-@pytest.mark.parametrize("spec", ["ij,ki,jk->ij", "ij,ik,kj->ij", "ij,ki,kj->ij", "jk,ij,ik->ij"])
+@pytest.mark.parametrize("dtype", ["float64", "int64", "complex128"])
+@pytest.mark.parametrize("spec", ["ij,ki,jk->ij", "ij,ik,kj->ij", "ij,ki,kj->ij", "jk,ij,ik->ij", "kj,ki,ij->ij"])
 @pytest.mark.parametrize("kk", [0, 7, 9, 33])
-def test_transposed_forms(spec, kk):
-    """X[k,i] or Y[k,j] (strided rows) keep the scalar loop; Y-first operand order the vector one."""
-    rng = np.random.default_rng(_seed(spec, kk))
-    A = _mask(12, 10, 50, "float64", rng)
-    shapes = {"ij": (12, 10), "ik": (12, kk), "ki": (kk, 12), "jk": (10, kk), "kj": (kk, 10)}
-    ops = [A if s == "ij" else _values(shapes[s], "float64", rng) for s in spec[:-4].split(",")]
+def test_transposed_forms(dtype, spec, kk):
+    """X[k,i] or Y[k,j] (strided rows) are copied row-major first: the same values, bit for
+    bit, as the untransposed form; any operand order."""
+    rng = np.random.default_rng(_seed(dtype, spec, kk))
+    A = _mask(12, 10, 50, dtype, rng)
+    X, Y = _values((12, kk), dtype, rng), _values((10, kk), dtype, rng)
+    given = {"ij": A, "ik": X, "ki": np.ascontiguousarray(X.T), "jk": Y, "kj": np.ascontiguousarray(Y.T)}
+    names = spec[:-4].split(",")
+    ops = [given[s] for s in names]
+    x0 = [o.copy() for o in ops]
     D = sc.einsum(spec, *ops)
     dense = [o.toarray() if sp.issparse(o) else o for o in ops]
-    _close(D.toarray(), np.einsum(spec, *dense), "float64")
-    names = spec[:-4].split(",")
-    X, Y = (ops[names.index(s)] for s in (("ki" if "ki" in names else "ik"), ("kj" if "kj" in names else "jk")))
-    _close(D.data, _loop(A, X, Y, xt="ki" in names, yt="kj" in names), "float64")
+    _close(D.toarray(), np.einsum(spec, *dense), dtype)
+    _close(D.data, _loop(A, X, Y), dtype)
+    assert D.data.tobytes() == sc.einsum("ij,ik,jk->ij", A, X, Y).data.tobytes()
+    for o, was in zip(ops, x0):
+        np.testing.assert_array_equal(o.toarray() if sp.issparse(o) else o, was.toarray() if sp.issparse(was) else was)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])

@@ -9,7 +9,9 @@ into OpenMP) and compiles them through the same pipeline as every kernel:
 * **SDDMM** ``C[i,j] = A[i,j] * sum[k](X[i,k] * Y[j,k])`` (also ``X[k,i]``/``Y[k,j]``, any
   operand order, the einsum ``ij,ik,jk->ij``): A CSR, X and Y dense (row-major), a CSR result.
   The result's pattern is A's: its positions and coordinates are copies of A's, and each
-  stored value ``A[i,j] * dot(X[i,:], Y[j,:])`` is computed by a parallel loop over the rows.
+  stored value ``A[i,j] * dot(X[i,:], Y[j,:])`` is computed by a parallel loop over the rows,
+  the dot product on 64-byte vectors in a fixed order (``_dot_vector``); a transposed X or Y
+  is first copied row-major (``_pack``); A's coordinates are range-checked in the loop.
 * **SpGEMM** ``C[i,j] = sum[k](A[i,k] * B[k,j])`` with A, B and the result CSR: a two-phase
   Gustavson product.  Phase 1 counts each row's distinct columns with a dense marker (one per
   thread, stamped with the row, so never cleared), a prefix sum gives the positions; phase 2
@@ -308,6 +310,10 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     # reported there and its entry skipped, so check=True needs no NumPy pass over A's indices
     flag = t.op(f"llvm.call @{_FLAG}() : () -> !llvm.ptr")
     one32 = t.op("arith.constant 1 : i32")
+    # X[k,i] / Y[k,j] stored transposed: a row-major copy first (one parallel pass), so the
+    # dot product reads contiguous rows like the untransposed form (and gives its bits)
+    xs = _pack(t, "%X", "%Xw", m, kk, row, parallel) if plan.x_t else "%X"
+    ys = _pack(t, "%Y", "%Yw", n, kk, row, parallel) if plan.y_t else "%Y"
     opening, closing = _loop(parallel, "%i", "%c0", m)
     t(opening)
     # the body reads A_pos[i] and A_pos[i + 1]: the thread count follows the stored entries
@@ -317,26 +323,25 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t.store_index(hi, "%C_pos", i1, pw)
     t(f"scf.for %p = {lo} to {hi} step %c1 {{")
     jv = t.load_index("%A_crd", "%p", fa.crd_width)
-    if not plan.y_t:
-        # prefetch the row of Y SDDMM_PREFETCH_AHEAD entries ahead (one line per 64 bytes):
-        # Y's rows are read in the mask's column order, and the dot product waited on their loads
-        # (across rows: the next row's first entries are prefetched from this row's last)
-        ahead = t.op(f"arith.constant {SDDMM_PREFETCH_AHEAD} : index")
-        nx = t.op(f"arith.addi %p, {ahead} : index")
-        nx2 = t.op(f"arith.minui {nx}, {last_entry} : index")
-        jn = t.load_index("%A_crd", nx2, fa.crd_width)
-        line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
-        t(f"scf.for %kp = %c0 to {kk} step {line} {{")
-        t(f"  memref.prefetch %Y[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
-        t("}")
+    # prefetch the row of Y SDDMM_PREFETCH_AHEAD entries ahead (one line per 64 bytes):
+    # Y's rows are read in the mask's column order, and the dot product waited on their loads
+    # (across rows: the next row's first entries are prefetched from this row's last)
+    ahead = t.op(f"arith.constant {SDDMM_PREFETCH_AHEAD} : index")
+    nx = t.op(f"arith.addi %p, {ahead} : index")
+    nx2 = t.op(f"arith.minui {nx}, {last_entry} : index")
+    jn = t.load_index("%A_crd", nx2, fa.crd_width)
+    line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
+    t(f"scf.for %kp = %c0 to {kk} step {line} {{")
+    t(f"  memref.prefetch {ys}[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
+    t("}")
     t.store_index(jv, "%C_crd", "%p", cw)
     inside = t.op(f"arith.cmpi ult, {jv}, {n} : index")     # unsigned: a negative one is huge
     t(f"scf.if {inside} {{")
     a = t.op(f"memref.load %A_val[%p] : memref<?x{row.storage}>")
     if _vector_width(plan, row):
-        s = _dot_vector(t, plan, row, jv, kk)
+        s = _dot_vector(t, xs, ys, row, jv, kk)
     else:
-        s = _dot_scalar(t, plan, row, jv, kk, zero)
+        s = _dot_scalar(t, xs, ys, row, jv, kk, zero)
     v = t.op(_mul(row, a, s))
     t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
     t("} else {")
@@ -344,6 +349,8 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t("}")
     t("}")
     t(closing)
+    for w in {xs, ys} - {"%X", "%Y"}:
+        t(f"memref.dealloc {w} : memref<?x?x{row.storage}>")
     spec = _spec_struct(t, m, n, m1, nnz)
     t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
       f"memref<?x{row.storage}>, {_SPEC}")
@@ -357,15 +364,32 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
 
 def _vector_width(plan: Plan, row: dt.DType) -> int:
     """Lanes of SDDMM's vector dot product (one 64-byte vector), or 0 for the scalar loop:
-    X and Y row-major (a row of each is contiguous) and a float (f32, f64) or integer dtype.
-    Complex dtypes and transposed X or Y (``X[k,i]``, ``Y[k,j]``: strided rows) keep the
-    scalar loop."""
-    if plan.x_t or plan.y_t or row.kind not in ("float", "int"):
+    a float (f32, f64) or integer dtype; complex dtypes keep the scalar loop."""
+    if row.kind not in ("float", "int"):
         return 0
     return 64 // row.numpy.itemsize
 
 
-def _dot_scalar(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str, zero: str) -> str:
+def _pack(t: _Text, src: str, dst: str, rows: str, kk: str, row: dt.DType, parallel: bool) -> str:
+    """``dst[r, k] = src[k, r]``: a row-major copy (``rows`` x ``kk``) of a dense operand
+    stored transposed, by a parallel loop over its rows (consecutive rows read neighbouring
+    elements of the same ``kk`` lines of ``src``)."""
+    ty = f"memref<?x?x{row.storage}>"
+    t(f"{dst} = memref.alloc({rows}, {kk}) : {ty}")
+    if HUGE_PAGES:
+        huge_pages(t, dst, ty, t.op(f"arith.muli {rows}, {kk} : index"), row.numpy.itemsize)
+    r = t.fresh("r")
+    opening, closing = _loop(parallel, r, "%c0", rows)
+    t(opening)
+    t(f"scf.for %kt = %c0 to {kk} step %c1 {{")
+    v = t.op(f"memref.load {src}[%kt, {r}] : {ty}")
+    t(f"memref.store {v}, {dst}[{r}, %kt] : {ty}")
+    t("}")
+    t(closing)
+    return dst
+
+
+def _dot_scalar(t: _Text, xs: str, ys: str, row: dt.DType, jv: str, kk: str, zero: str) -> str:
     """``sum[k](X[i,k] * Y[j,k])`` as a scalar loop with ``_UNROLL`` partial sums (k = u mod
     U, added pairwise at the end); the order is fixed, so the result does not depend on the
     thread count."""
@@ -377,10 +401,8 @@ def _dot_scalar(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str, zero: str
     parts = [t.fresh("part") for _ in range(U)]
 
     def xy_at(kv):
-        xi = f"{kv}, %i" if plan.x_t else f"%i, {kv}"
-        yi = f"{kv}, {jv}" if plan.y_t else f"{jv}, {kv}"
-        x = t.op(f"memref.load %X[{xi}] : memref<?x?x{row.storage}>")
-        y = t.op(f"memref.load %Y[{yi}] : memref<?x?x{row.storage}>")
+        x = t.op(f"memref.load {xs}[%i, {kv}] : memref<?x?x{row.storage}>")
+        y = t.op(f"memref.load {ys}[{jv}, {kv}] : memref<?x?x{row.storage}>")
         return t.op(_mul(row, x, y))
     ty = ", ".join([row.storage] * U)
     t(f"{parts[0]}:{U} = scf.for %k = %c0 to {kmain} step {cu} "
@@ -401,7 +423,7 @@ def _dot_scalar(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str, zero: str
     return s
 
 
-def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
+def _dot_vector(t: _Text, xs: str, ys: str, row: dt.DType, jv: str, kk: str) -> str:
     """``sum[k](X[i,k] * Y[j,k])`` on vectors of W lanes (one 64-byte vector: 8 x f64, 16 x
     f32), in this fixed order (documented in docs/performance.md), with U =
     ``SDDMM_VECTOR_ACCS`` vector accumulators:
@@ -416,7 +438,7 @@ def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
 
     The order depends on k, W and U only, never on the thread count or the row's position:
     every thread count gives the same bits."""
-    W = _vector_width(plan, row)
+    W = 64 // row.numpy.itemsize
     U = SDDMM_VECTOR_ACCS
     el = row.storage
     vt = f"vector<{W}x{el}>"
@@ -440,8 +462,8 @@ def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
     nxt = []
     for u in range(U):
         ku = t.op(f"arith.addi %k, {t.op(f'arith.constant {u * W} : index')} : index") if u else "%k"
-        x = t.op(f"vector.load %X[%i, {ku}] : {mt}, {vt}")
-        y = t.op(f"vector.load %Y[{jv}, {ku}] : {mt}, {vt}")
+        x = t.op(f"vector.load {xs}[%i, {ku}] : {mt}, {vt}")
+        y = t.op(f"vector.load {ys}[{jv}, {ku}] : {mt}, {vt}")
         nxt.append(fma(x, y, accs[u]))
     t(f"scf.yield {', '.join(nxt)} : {tys}")
     t("}")
@@ -453,8 +475,8 @@ def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
     if U > 1:
         a0, got = t.fresh("vacc"), t.fresh("vrest")
         t(f"{got} = scf.for %k = {kmain} to {kfull} step {cw} iter_args({a0} = {vals[0]}) -> ({vt}) {{")
-        x = t.op(f"vector.load %X[%i, %k] : {mt}, {vt}")
-        y = t.op(f"vector.load %Y[{jv}, %k] : {mt}, {vt}")
+        x = t.op(f"vector.load {xs}[%i, %k] : {mt}, {vt}")
+        y = t.op(f"vector.load {ys}[{jv}, %k] : {mt}, {vt}")
         t(f"scf.yield {fma(x, y, a0)} : {vt}")
         t("}")
         vals[0] = got
@@ -463,8 +485,8 @@ def _dot_vector(t: _Text, plan: Plan, row: dt.DType, jv: str, kk: str) -> str:
     got = t.fresh("vtail")
     t(f"{got} = scf.if {has} -> ({vt}) {{")
     mask = t.op(f"vector.create_mask {left} : vector<{W}xi1>")
-    x = t.op(f"vector.maskedload %X[%i, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
-    y = t.op(f"vector.maskedload %Y[{jv}, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    x = t.op(f"vector.maskedload {xs}[%i, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    y = t.op(f"vector.maskedload {ys}[{jv}, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
     t(f"scf.yield {fma(x, y, vals[0])} : {vt}")
     t("} else {")
     t(f"scf.yield {vals[0]} : {vt}")
