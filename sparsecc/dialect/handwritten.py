@@ -9,7 +9,9 @@ into OpenMP) and compiles them through the same pipeline as every kernel:
 * **SDDMM** ``C[i,j] = A[i,j] * sum[k](X[i,k] * Y[j,k])`` (also ``X[k,i]``/``Y[k,j]``, any
   operand order, the einsum ``ij,ik,jk->ij``): A CSR, X and Y dense (row-major), a CSR result.
   The result's pattern is A's: its positions and coordinates are copies of A's, and each
-  stored value ``A[i,j] * dot(X[i,:], Y[j,:])`` is computed by a parallel loop over the rows.
+  stored value ``A[i,j] * dot(X[i,:], Y[j,:])`` is computed by a parallel loop over the rows,
+  the dot product on 64-byte vectors in a fixed order (``_dot_vector``); a transposed X or Y
+  is first copied row-major (``_pack``); A's coordinates are range-checked in the loop.
 * **SpGEMM** ``C[i,j] = sum[k](A[i,k] * B[k,j])`` with A, B and the result CSR: a two-phase
   Gustavson product.  Phase 1 counts each row's distinct columns with a dense marker (one per
   thread, stamped with the row, so never cleared), a prefix sum gives the positions; phase 2
@@ -39,6 +41,8 @@ import numpy as np
 from .. import dtypes as dt
 from ..expr import Access, Binary, Reduce, Statement
 from ..formats import Format
+from ..passes.guards import FLAG_FUNCTION as _FLAG
+from ..passes.guards import SELF_CHECKED as _SELF_CHECKED
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,15 @@ _KINDS = ("float", "int", "complex")
 #: SDDMM's partial sums per dot product (8 measured no faster on this machine: the loop waits
 #: on the rows of Y, not on its adds)
 _UNROLL = 1
+#: SDDMM's vector accumulators (one 64-byte vector each) in the vector dot product, a power
+#: of two (they are added pairwise).  1: with k = 32 a second one measured slower in the
+#: cache (2.20 vs 2.43 ms, 400k entries) and no faster on the bench row, where the loads of
+#: Y's rows, not the FMA latency, are the bound; the FMA chains of consecutive entries overlap
+SDDMM_VECTOR_ACCS = 1
+#: SDDMM prefetches the row of Y this many stored entries ahead (across rows); 8-32 measured
+#: alike on the bench row (k = 32) and at k = 8, about 5-10% faster than 2; k = 128 (rows
+#: out of the caches) did not care
+SDDMM_PREFETCH_AHEAD = 16
 #: SpGEMM: a row of at most this many entries is put in order by insertion sort
 INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
@@ -292,6 +305,15 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
         huge_pages(t, "%C_val", f"memref<?x{row.storage}>", cap, row.numpy.itemsize)
     t.store_index("%c0", "%C_pos", "%c0", pw)
     zero = t.op(_zero(row))
+    last_entry = t.op(f"arith.subi {cap}, %c1 : index")
+    # this call's out-of-range flag (runtime/_worker.py): a coordinate of A not below n is
+    # reported there and its entry skipped, so check=True needs no NumPy pass over A's indices
+    flag = t.op(f"llvm.call @{_FLAG}() : () -> !llvm.ptr")
+    one32 = t.op("arith.constant 1 : i32")
+    # X[k,i] / Y[k,j] stored transposed: a row-major copy first (one parallel pass), so the
+    # dot product reads contiguous rows like the untransposed form (and gives its bits)
+    xs = _pack(t, "%X", "%Xw", m, kk, row, parallel) if plan.x_t else "%X"
+    ys = _pack(t, "%Y", "%Yw", n, kk, row, parallel) if plan.y_t else "%Y"
     opening, closing = _loop(parallel, "%i", "%c0", m)
     t(opening)
     # the body reads A_pos[i] and A_pos[i + 1]: the thread count follows the stored entries
@@ -301,23 +323,76 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t.store_index(hi, "%C_pos", i1, pw)
     t(f"scf.for %p = {lo} to {hi} step %c1 {{")
     jv = t.load_index("%A_crd", "%p", fa.crd_width)
-    if not plan.y_t:
-        # prefetch the row of Y two entries ahead (one line per 64 bytes): Y's rows are read
-        # in the mask's column order, and the dot product waited on their loads
-        c2 = t.op("arith.constant 2 : index")
-        nx = t.op(f"arith.addi %p, {c2} : index")
-        last = t.op(f"arith.subi {hi}, %c1 : index")
-        nx2 = t.op(f"arith.minui {nx}, {last} : index")
-        jn = t.load_index("%A_crd", nx2, fa.crd_width)
-        line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
-        t(f"scf.for %kp = %c0 to {kk} step {line} {{")
-        t(f"  memref.prefetch %Y[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
-        t("}")
+    # prefetch the row of Y SDDMM_PREFETCH_AHEAD entries ahead (one line per 64 bytes):
+    # Y's rows are read in the mask's column order, and the dot product waited on their loads
+    # (across rows: the next row's first entries are prefetched from this row's last)
+    ahead = t.op(f"arith.constant {SDDMM_PREFETCH_AHEAD} : index")
+    nx = t.op(f"arith.addi %p, {ahead} : index")
+    nx2 = t.op(f"arith.minui {nx}, {last_entry} : index")
+    jn = t.load_index("%A_crd", nx2, fa.crd_width)
+    line = t.op(f"arith.constant {max(1, 64 // np.dtype(row.name).itemsize)} : index")
+    t(f"scf.for %kp = %c0 to {kk} step {line} {{")
+    t(f"  memref.prefetch {ys}[{jn}, %kp], read, locality<3>, data : memref<?x?x{row.storage}>")
+    t("}")
     t.store_index(jv, "%C_crd", "%p", cw)
+    inside = t.op(f"arith.cmpi ult, {jv}, {n} : index")     # unsigned: a negative one is huge
+    t(f"scf.if {inside} {{")
     a = t.op(f"memref.load %A_val[%p] : memref<?x{row.storage}>")
-    # the dot product with U partial sums (k = u mod U), added pairwise at the end: a chain of
-    # dependent floating-point adds was the loop's bound; the order is fixed, so the result
-    # does not depend on the thread count
+    if _vector_width(plan, row):
+        s = _dot_vector(t, xs, ys, row, jv, kk)
+    else:
+        s = _dot_scalar(t, xs, ys, row, jv, kk, zero)
+    v = t.op(_mul(row, a, s))
+    t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
+    t("} else {")
+    t(f"llvm.store {one32}, {flag} : i32, !llvm.ptr")
+    t("}")
+    t("}")
+    t(closing)
+    for w in {xs, ys} - {"%X", "%Y"}:
+        t(f"memref.dealloc {w} : memref<?x?x{row.storage}>")
+    spec = _spec_struct(t, m, n, m1, nnz)
+    t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
+      f"memref<?x{row.storage}>, {_SPEC}")
+    decl.append(f"llvm.func @{_FLAG}() -> !llvm.ptr")
+    params, _ = _params(plan, formats, dtype)
+    crd_arg = next(q for q, prm in enumerate(params) if prm.startswith("%A_crd:"))
+    head = head.replace("attributes {llvm.emit_c_interface}",
+                        f"attributes {{llvm.emit_c_interface, {_SELF_CHECKED} = array<i64: {crd_arg}>}}")
+    return _module(decl, head, t.lines)
+
+
+def _vector_width(plan: Plan, row: dt.DType) -> int:
+    """Lanes of SDDMM's vector dot product (one 64-byte vector), or 0 for the scalar loop:
+    a float (f32, f64) or integer dtype; complex dtypes keep the scalar loop."""
+    if row.kind not in ("float", "int"):
+        return 0
+    return 64 // row.numpy.itemsize
+
+
+def _pack(t: _Text, src: str, dst: str, rows: str, kk: str, row: dt.DType, parallel: bool) -> str:
+    """``dst[r, k] = src[k, r]``: a row-major copy (``rows`` x ``kk``) of a dense operand
+    stored transposed, by a parallel loop over its rows (consecutive rows read neighbouring
+    elements of the same ``kk`` lines of ``src``)."""
+    ty = f"memref<?x?x{row.storage}>"
+    t(f"{dst} = memref.alloc({rows}, {kk}) : {ty}")
+    if HUGE_PAGES:
+        huge_pages(t, dst, ty, t.op(f"arith.muli {rows}, {kk} : index"), row.numpy.itemsize)
+    r = t.fresh("r")
+    opening, closing = _loop(parallel, r, "%c0", rows)
+    t(opening)
+    t(f"scf.for %kt = %c0 to {kk} step %c1 {{")
+    v = t.op(f"memref.load {src}[%kt, {r}] : {ty}")
+    t(f"memref.store {v}, {dst}[{r}, %kt] : {ty}")
+    t("}")
+    t(closing)
+    return dst
+
+
+def _dot_scalar(t: _Text, xs: str, ys: str, row: dt.DType, jv: str, kk: str, zero: str) -> str:
+    """``sum[k](X[i,k] * Y[j,k])`` as a scalar loop with ``_UNROLL`` partial sums (k = u mod
+    U, added pairwise at the end); the order is fixed, so the result does not depend on the
+    thread count."""
     U = _UNROLL
     cu = t.op(f"arith.constant {U} : index")
     kr = t.op(f"arith.remui {kk}, {cu} : index")
@@ -326,10 +401,8 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     parts = [t.fresh("part") for _ in range(U)]
 
     def xy_at(kv):
-        xi = f"{kv}, %i" if plan.x_t else f"%i, {kv}"
-        yi = f"{kv}, {jv}" if plan.y_t else f"{jv}, {kv}"
-        x = t.op(f"memref.load %X[{xi}] : memref<?x?x{row.storage}>")
-        y = t.op(f"memref.load %Y[{yi}] : memref<?x?x{row.storage}>")
+        x = t.op(f"memref.load {xs}[%i, {kv}] : memref<?x?x{row.storage}>")
+        y = t.op(f"memref.load {ys}[{jv}, {kv}] : memref<?x?x{row.storage}>")
         return t.op(_mul(row, x, y))
     ty = ", ".join([row.storage] * U)
     t(f"{parts[0]}:{U} = scf.for %k = %c0 to {kmain} step {cu} "
@@ -347,14 +420,89 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     t(f"{s} = scf.for %k = {kmain} to {kk} step %c1 iter_args({racc} = {vals[0]}) -> ({row.storage}) {{")
     t(f"scf.yield {t.op(_add(row, racc, xy_at('%k')))} : {row.storage}")
     t("}")
-    v = t.op(_mul(row, a, s))
-    t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
+    return s
+
+
+def _dot_vector(t: _Text, xs: str, ys: str, row: dt.DType, jv: str, kk: str) -> str:
+    """``sum[k](X[i,k] * Y[j,k])`` on vectors of W lanes (one 64-byte vector: 8 x f64, 16 x
+    f32), in this fixed order (documented in docs/performance.md), with U =
+    ``SDDMM_VECTOR_ACCS`` vector accumulators:
+
+    * chunk ``c`` (``k`` in ``[c*W, (c+1)*W)``) of the main loop (the first ``k - k mod
+      (U*W)`` elements) goes to accumulator ``c mod U``, lane by lane, with a fused
+      multiply-add (integers: multiply, then add);
+    * the full chunks after it, then the partial last chunk (``k mod W`` elements, read with
+      a masked load), go to accumulator 0;
+    * the accumulators are added pairwise (0+1, 2+3, then those sums), then the W lanes are
+      halved: lanes ``[0, h)`` plus lanes ``[h, 2h)``, until one lane is left.
+
+    The order depends on k, W and U only, never on the thread count or the row's position:
+    every thread count gives the same bits."""
+    W = 64 // row.numpy.itemsize
+    U = SDDMM_VECTOR_ACCS
+    el = row.storage
+    vt = f"vector<{W}x{el}>"
+    mt = f"memref<?x?x{el}>"
+    fl = row.kind == "float"
+    vzero = t.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {vt}")
+
+    def fma(x, y, acc):
+        if fl:
+            return t.op(f"vector.fma {x}, {y}, {acc} : {vt}")
+        return t.op(f"arith.addi {acc}, {t.op(f'arith.muli {x}, {y} : {vt}')} : {vt}")
+
+    step = t.op(f"arith.constant {W * U} : index")
+    kr = t.op(f"arith.remui {kk}, {step} : index")
+    kmain = t.op(f"arith.subi {kk}, {kr} : index")
+    accs = [t.fresh("vacc") for _ in range(U)]
+    res = t.fresh("vpart")
+    tys = ", ".join([vt] * U)
+    t(f"{res}:{U} = scf.for %k = %c0 to {kmain} step {step} "
+      f"iter_args({', '.join(f'{a_} = {vzero}' for a_ in accs)}) -> ({tys}) {{")
+    nxt = []
+    for u in range(U):
+        ku = t.op(f"arith.addi %k, {t.op(f'arith.constant {u * W} : index')} : index") if u else "%k"
+        x = t.op(f"vector.load {xs}[%i, {ku}] : {mt}, {vt}")
+        y = t.op(f"vector.load {ys}[{jv}, {ku}] : {mt}, {vt}")
+        nxt.append(fma(x, y, accs[u]))
+    t(f"scf.yield {', '.join(nxt)} : {tys}")
     t("}")
-    t(closing)
-    spec = _spec_struct(t, m, n, m1, nnz)
-    t(f"return %C_pos, %C_crd, %C_val, {spec} : memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, "
-      f"memref<?x{row.storage}>, {_SPEC}")
-    return _module(decl, head, t.lines)
+    vals = [f"{res}#{u}" for u in range(U)]
+    # the rest: the full chunks after the main loop (fewer than U), then the masked partial
+    # chunk, all into accumulator 0
+    cw = t.op(f"arith.constant {W} : index")
+    kfull = t.op(f"arith.subi {kk}, {t.op(f'arith.remui {kk}, {cw} : index')} : index")
+    if U > 1:
+        a0, got = t.fresh("vacc"), t.fresh("vrest")
+        t(f"{got} = scf.for %k = {kmain} to {kfull} step {cw} iter_args({a0} = {vals[0]}) -> ({vt}) {{")
+        x = t.op(f"vector.load {xs}[%i, %k] : {mt}, {vt}")
+        y = t.op(f"vector.load {ys}[{jv}, %k] : {mt}, {vt}")
+        t(f"scf.yield {fma(x, y, a0)} : {vt}")
+        t("}")
+        vals[0] = got
+    left = t.op(f"arith.subi {kk}, {kfull} : index")
+    has = t.op(f"arith.cmpi ugt, {left}, %c0 : index")
+    got = t.fresh("vtail")
+    t(f"{got} = scf.if {has} -> ({vt}) {{")
+    mask = t.op(f"vector.create_mask {left} : vector<{W}xi1>")
+    x = t.op(f"vector.maskedload {xs}[%i, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    y = t.op(f"vector.maskedload {ys}[{jv}, {kfull}], {mask}, {vzero} : {mt}, vector<{W}xi1>, {vt} into {vt}")
+    t(f"scf.yield {fma(x, y, vals[0])} : {vt}")
+    t("} else {")
+    t(f"scf.yield {vals[0]} : {vt}")
+    t("}")
+    vals[0] = got
+    add = "arith.addf" if fl else "arith.addi"
+    while len(vals) > 1:
+        vals = [t.op(f"{add} {vals[q]}, {vals[q + 1]} : {vt}") for q in range(0, len(vals), 2)]
+    v, w = vals[0], W
+    while w > 1:
+        h = w // 2
+        lo = t.op(f"vector.shuffle {v}, {v} [{', '.join(map(str, range(h)))}] : vector<{w}x{el}>, vector<{w}x{el}>")
+        hi = t.op(f"vector.shuffle {v}, {v} [{', '.join(map(str, range(h, w)))}] : vector<{w}x{el}>, vector<{w}x{el}>")
+        v = t.op(f"{add} {lo}, {hi} : vector<{h}x{el}>")
+        w = h
+    return t.op(f"vector.extract {v}[0] : {el} from vector<1x{el}>")
 
 
 def _module(decl: list[str], head: str, body: list[str]) -> str:

@@ -54,6 +54,9 @@ from .rewrites import InternalError, _slots
 VERSION = "guard_coordinates 6 (blocks of equal rows + entries)"
 #: the function, defined by the checked entry, that returns this call's flag
 FLAG_FUNCTION = "sparsecc_index_flag"
+#: a kernel function's attribute (``array<i64: ...>``): the coordinate arguments it
+#: range-checks itself, reported with the guarded ones
+SELF_CHECKED = "sparsecc.self_checked"
 #: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
 #: than this is a block of its own)
 COST = 8192
@@ -217,10 +220,17 @@ def guard_coordinates(module) -> list[int]:
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"
              and len(op.regions[0].blocks)]
     ptr = ir.Type.parse("!llvm.ptr")
-    declared = False
+    declared = any(op.operation.name == "llvm.func" and "sym_name" in op.operation.attributes
+                   and ir.StringAttr(op.operation.attributes["sym_name"]).value == FLAG_FUNCTION
+                   for op in module.body.operations)
     reported: list[int] = []
     for fn in funcs:
         name = ir.StringAttr(fn.attributes["sym_name"]).value
+        # a hand-written kernel that range-checks some coordinate arguments itself (and
+        # sets this call's flag) lists them in SELF_CHECKED (dialect/handwritten.py sddmm)
+        own = set(ir.DenseI64ArrayAttr(fn.attributes[SELF_CHECKED])) if SELF_CHECKED in fn.attributes else set()
+        if name == "kernel":
+            reported = sorted(own)
         block = fn.regions[0].blocks[0]
         order = []                       # (row loop, positions loop, positions, [(load, chains)])
         guarded = []
@@ -276,7 +286,7 @@ def guard_coordinates(module) -> list[int]:
         for L, F, pos, guards in order:
             _strip_mine(L, F, pos, guards, flag, block, loc)
         if name == "kernel":
-            reported = guarded
+            reported = sorted(set(guarded) | own)
     return reported
 
 
