@@ -169,6 +169,19 @@ def test_threads_bitwise_equal():
     assert _handwritten(k)
 
 
+def test_serial_loops_and_unchecked_calls():
+    """``parallel="none"`` compiles the same loops serially; ``check=False`` the same kernel."""
+    rng = np.random.default_rng(10)
+    A = _csr((3000, 500), 12000, "float64", rng)
+    X = rng.random((500, 33))
+    k = sc.compile(SPMM, options=sc.Options(parallel="none"))
+    _same(k(A, X), A @ X)
+    assert _handwritten(k) and "scf.parallel" not in k.ir()
+    k2 = sc.compile(SPMM, check=False)
+    _same(k2(A, X), A @ X)
+    assert _handwritten(k2)
+
+
 @pytest.mark.parametrize("dtype", ["int64", "complex128", "int32"])
 def test_other_values_keep_the_sparsifier_kernel(dtype):
     rng = np.random.default_rng(_seed(dtype))
