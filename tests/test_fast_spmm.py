@@ -192,6 +192,16 @@ def test_other_values_keep_the_sparsifier_kernel(dtype):
     assert "linalg.generic" in k.ir()
 
 
+@pytest.mark.parametrize("spec", ["ik,jk->ij", "ik,kj->ji"])
+def test_transposed_factor_or_result_keeps_the_sparsifier_kernel(spec):
+    rng = np.random.default_rng(_seed(spec))
+    A = _csr((30, 20), 150, "float64", rng)
+    X = rng.random((11, 20) if spec == "ik,jk->ij" else (20, 11))
+    k = sc.compile(spec)
+    _same(k(A, X), np.einsum(spec, A.toarray(), X))
+    assert "linalg.generic" in k.ir()
+
+
 def test_csc_and_mixed_dtypes_keep_the_sparsifier_kernel():
     rng = np.random.default_rng(8)
     A = _csr((30, 20), 150, "float64", rng).tocsc()
