@@ -114,6 +114,25 @@ def test_edge_cases(dtype, case):
         _same(C, A.toarray() @ X)
 
 
+@pytest.mark.parametrize("shape,nnz,cols", [((400, 300), 2000, 33), ((400, 300), 0, 32), ((400, 0), 0, 40),
+                                            ((400, 300), 50, 7)])
+def test_every_output_entry_is_written(shape, nnz, cols):
+    """The kernel writes every entry of its output (the call hands it uninitialized memory):
+    memory just freed full of NaN never shows through (empty rows, no stored entries, X
+    without rows)."""
+    rng = np.random.default_rng(_seed(shape, nnz, cols))
+    A = _csr(shape, nnz, "float64", rng, rows=[0, 5, 399] if nnz == 50 else None)
+    X = rng.random((shape[1], cols))
+    k = sc.compile(SPMM)
+    for _ in range(3):
+        junk = np.full((shape[0], cols), np.nan)
+        del junk
+        C = k(A, X)
+        assert not np.isnan(C).any()
+        _same(C, A.toarray() @ X)
+    assert _handwritten(k)
+
+
 @pytest.mark.parametrize("kind", ["unsorted", "duplicates"])
 def test_non_canonical_rows(kind):
     """Unsorted coordinates and duplicates in a row: every entry is added to the row's sums."""

@@ -64,7 +64,8 @@ def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
 
 def _spmm(stmt, formats, dtypes, options: Options, out_format, make):
     """SpMM (CSR times dense row-major, dense result; dialect/handwritten_spmm.py), or None.
-    The kernel range-checks A's coordinates itself: reported as guarded (passes/guards.py)."""
+    The kernel range-checks A's coordinates itself (reported as guarded, as passes/guards.py's
+    are) and writes every output entry (its output need not be zeroed)."""
     from ..dialect import handwritten_spmm as hs
     plan = hs.match(stmt, formats, dtypes, out_format) if options.device == "cpu" else None
     if plan is None:
@@ -73,7 +74,7 @@ def _spmm(stmt, formats, dtypes, options: Options, out_format, make):
     mlir = hs.emit(plan, dict(zip(stmt.operands, formats)), dtypes[0], parallel)
     mod = load_module(mlir, what=f"'{stmt}' (spmm, hand-written loops)", options=options, memo=False)
     got = make(mod.key, KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], None), mlir, mod)
-    return dataclasses.replace(got, guarded=hs.guarded(plan, stmt, formats))
+    return dataclasses.replace(got, guarded=hs.guarded(plan, stmt, formats), fills_output=True)
 
 
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
