@@ -427,7 +427,7 @@ def _call_general(self, args, kwargs):
     scalars = [sizes[j] for j in plan.size_slots]
     if out_fmt is None:
         # zeroed: JIT kernels skip their own (serial) zero fill, see emit_kernel
-        out = np.zeros(out_shape, dtype=plan.out_dtype)
+        out = (np.empty if getattr(comp, "fills_output", False) else np.zeros)(out_shape, dtype=plan.out_dtype)
         _, base = plan.packer.pack(scalars, operands, out)
         rc = comp.entry(base)
         if rc:
@@ -511,7 +511,8 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
     if src is None:
         return None
     source, consts = src
-    namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.zeros, "_spec": _spec, "_STATS": STATS,
+    fills = getattr(plan.comp, "fills_output", False)      # the kernel writes every output entry
+    namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
                  "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,

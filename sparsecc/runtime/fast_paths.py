@@ -4,6 +4,8 @@ and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specializ
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..dialect import handwritten, handwritten_union
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
@@ -18,6 +20,9 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     larger than the stored entries): SpGEMM's per-thread workspaces are the size of the
     result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
     got = _mttkrp(stmt, formats, dtypes, options, out_format, make)
+    if got is not None:
+        return got
+    got = _spmm(stmt, formats, dtypes, options, out_format, make)
     if got is not None:
         return got
     plan = handwritten.match(stmt, formats, dtypes, out_format)
@@ -55,6 +60,21 @@ def _mttkrp(stmt, formats, dtypes, options: Options, out_format, make):
         raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
                             f"{len(mod.info['arg_types'])} arguments, the runtime expected {n}")
     return make(mod.key, sig, mlir, mod)
+
+
+def _spmm(stmt, formats, dtypes, options: Options, out_format, make):
+    """SpMM (CSR times dense row-major, dense result; dialect/handwritten_spmm.py), or None.
+    The kernel range-checks A's coordinates itself (reported as guarded, as passes/guards.py's
+    are) and writes every output entry (its output need not be zeroed)."""
+    from ..dialect import handwritten_spmm as hs
+    plan = hs.match(stmt, formats, dtypes, out_format) if options.device == "cpu" else None
+    if plan is None:
+        return None
+    parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
+    mlir = hs.emit(plan, dict(zip(stmt.operands, formats)), dtypes[0], parallel)
+    mod = load_module(mlir, what=f"'{stmt}' (spmm, hand-written loops)", options=options, memo=False)
+    got = make(mod.key, KernelSignature(plan.index_order, stmt.operands, 2, dtypes[0], None), mlir, mod)
+    return dataclasses.replace(got, guarded=hs.guarded(plan, stmt, formats), fills_output=True)
 
 
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:

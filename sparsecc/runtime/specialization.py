@@ -54,6 +54,8 @@ class Compiled:
     _stages: dict | None = field(default=None, repr=False)
     #: the kernel's arguments whose coordinates it range-checks itself (passes/guards.py)
     guarded: tuple[int, ...] = ()
+    #: the kernel writes every entry of its dense output: the call allocates it with np.empty
+    fills_output: bool = False
 
     def stages(self) -> dict:
         if self._stages is None:
