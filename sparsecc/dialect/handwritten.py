@@ -447,22 +447,23 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     b = t.op(f"memref.load %B_val[%q] : memref<?x{T}>")
     prod = t.op(_mul(row, a, b) if plan.a_first else _mul(row, b, a))
     at = t.op(f"arith.addi %base, {jv} : index")
-    mk = t.op(f"memref.load %mark[{at}] : memref<?xindex>")
-    new = t.op(f"arith.cmpi ne, {mk}, %stamp : index")
-    r1, r2, r3 = t.fresh("r"), t.fresh("r"), t.fresh("r")
-    t(f"{r1}, {r2}, {r3} = scf.if {new} -> (index, index, index) {{")
-    t(f"  memref.store %stamp, %mark[{at}] : memref<?xindex>")
-    t(f"  memref.store {prod}, %acc[{at}] : memref<?x{T}>")
-    t.store_index(jv, "%C_crd", "%ww", out.crd_width)
-    # this column's bit in the thread's bitmap (read back in column order below)
+    # this column's bit in the thread's bitmap: the row's marker (its bits are clear between
+    # rows; a few KiB, where a marker per column was as large as the accumulator) and, read
+    # back in column order below, the row's coordinates in order
     wd = t.op(f"arith.shrui {jv}, %c6 : index")
     wa = t.op(f"arith.addi %wbase, {wd} : index")
     bt = t.op(f"arith.andi {jv}, %c63 : index")
     bt64 = t.op(f"arith.index_cast {bt} : index to i64")
     bit = t.op(f"arith.shli %one, {bt64} : i64")
     word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
+    has = t.op(f"arith.andi {word}, {bit} : i64")
+    new = t.op(f"arith.cmpi eq, {has}, %zero : i64")
+    r1, r2, r3 = t.fresh("r"), t.fresh("r"), t.fresh("r")
+    t(f"{r1}, {r2}, {r3} = scf.if {new} -> (index, index, index) {{")
     word2 = t.op(f"arith.ori {word}, {bit} : i64")
     t(f"memref.store {word2}, %bm[{wa}] : memref<?xi64>")
+    t(f"  memref.store {prod}, %acc[{at}] : memref<?x{T}>")
+    t.store_index(jv, "%C_crd", "%ww", out.crd_width)
     # and the word's bit in the summary (bit w of summary word w / 64: bitmap word w is in use)
     sw = t.op(f"arith.shrui {wd}, %c6 : index")
     sa = t.op(f"arith.addi %sbase, {sw} : index")
@@ -560,6 +561,9 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     tzi = t.op(f"arith.index_cast {tz} : i64 to index")
     j = t.op(f"arith.addi {xb}, {tzi} : index")
     t.store_index(j, "%C_crd", "%w1", out.crd_width)
+    jat = t.op(f"arith.addi %base, {j} : index")        # its value, gathered here
+    jv_ = t.op(f"memref.load %acc[{jat}] : memref<?x{T}>")
+    t(f"  memref.store {jv_}, %C_val[%w1] : memref<?x{T}>")
     vm1 = t.op("arith.subi %v1, %one : i64")
     v2 = t.op(f"arith.andi %v1, {vm1} : i64")
     w3 = t.op("arith.addi %w1, %c1 : index")
@@ -581,7 +585,8 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
       f": memref<?x{co}, strided<[1], offset: ?>>")
     t("}")
     t("}")
-    # clear the bits the row set (none are left where the bitmap was read)
+    # clear the bits the row set (none are left where the bitmap was read) and gather the
+    # values (the bitmap's reading gathered them as it went)
     t(f"scf.if {dirty} {{")
     t("scf.for %p = %start to %end step %c1 {")
     jv = t.load_index("%C_crd", "%p", out.crd_width)
@@ -591,17 +596,14 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     sw = t.op(f"arith.shrui {wd}, %c6 : index")
     sa = t.op(f"arith.addi %sbase, {sw} : index")
     t(f"  memref.store %zero, %sm[{sa}] : memref<?xi64>")
-    t("}")
-    t("}")
-    t("scf.for %p = %start to %end step %c1 {")
-    jv = t.load_index("%C_crd", "%p", out.crd_width)
     at = t.op(f"arith.addi %base, {jv} : index")
     v = t.op(f"memref.load %acc[{at}] : memref<?x{T}>")
     t(f"  memref.store {v}, %C_val[%p] : memref<?x{T}>")
     t("}")
+    t("}")
     t("return")
-    fill = (f"func.func private @fill_row(%i: index, %stamp: index, %base: index, %start: index, "
-            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, "
+    fill = (f"func.func private @fill_row(%i: index, %base: index, %start: index, "
+            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -733,12 +735,11 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", "%i", fa.pos_width)
     t.load_index("%A_pos", i1, fa.pos_width)
     start = t.load_index("%C_pos", "%i", pw)
-    stamp = t.op(f"arith.addi %i, {m} : index")
 
     def fill(base, mark, acc, wbase, bm, sbase, sm):
-        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, "
+        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, "
           f"%A_pos, %A_crd, %A_val, "
-          f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, index, memref<?xindex>, "
+          f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, "
           f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
