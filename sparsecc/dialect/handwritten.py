@@ -69,6 +69,8 @@ INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
 #: columns each) number at most this many per entry; else it is heap sorted
 SCAN_WORDS_PER_ENTRY = 4
+#: SpGEMM: the B row prefetched is that of A's entry this many ahead in the row
+PREFETCH_AHEAD = 2
 
 
 def _factors(e) -> list | None:
@@ -365,9 +367,9 @@ def _module(decl: list[str], head: str, body: list[str]) -> str:
 
 
 def _prefetch_next(t: "_Text", hi: str, fa: Format, fb: Format, T: str | None) -> None:
-    """Prefetch the B row of A's next entry in this row (``%p`` + 2, clamped): B's rows are
-    visited in random order, and the product loop stalled on their first loads."""
-    c2 = t.op("arith.constant 2 : index")
+    """Prefetch the B row of A's entry ``PREFETCH_AHEAD`` ahead in this row (clamped): B's
+    rows are visited in random order, and the product loop stalled on their first loads."""
+    c2 = t.op(f"arith.constant {PREFETCH_AHEAD} : index")
     nx = t.op(f"arith.addi %p, {c2} : index")
     last = t.op(f"arith.subi {hi}, %c1 : index")
     nx2 = t.op(f"arith.minui {nx}, {last} : index")
