@@ -367,11 +367,12 @@ def _module(decl: list[str], head: str, body: list[str]) -> str:
 
 
 def _prefetch_next(t: "_Text", hi: str, fa: Format, fb: Format, T: str | None) -> None:
-    """Prefetch the B row of A's entry ``PREFETCH_AHEAD`` ahead in this row (clamped): B's
-    rows are visited in random order, and the product loop stalled on their first loads."""
+    """Prefetch the B row of A's entry ``PREFETCH_AHEAD`` ahead (clamped to A's last entry,
+    ``%anz`` - 1: across the row's end, as a thread takes the next rows next): B's rows are
+    visited in random order, and the product loop stalled on their first loads."""
     c2 = t.op(f"arith.constant {PREFETCH_AHEAD} : index")
     nx = t.op(f"arith.addi %p, {c2} : index")
-    last = t.op(f"arith.subi {hi}, %c1 : index")
+    last = t.op("arith.subi %anz, %c1 : index")
     nx2 = t.op(f"arith.minui {nx}, {last} : index")
     kn = t.load_index("%A_crd", nx2, fa.crd_width)
     bn = t.load_index("%B_pos", kn, fb.pos_width)
@@ -418,7 +419,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("scf.yield %c2 : index")
     t("}")
     t("return %cnt : index")
-    count = (f"func.func private @count_row(%i: index, %stamp: index, %base: index, %mark: memref<?xindex>, "
+    count = (f"func.func private @count_row(%i: index, %stamp: index, %base: index, %mark: memref<?xindex>, %anz: index, "
              f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %B_pos: memref<?x{pb}>, "
              f"%B_crd: memref<?x{cb}>) -> index {{")
     fns = [count] + [f"  {ln}" for ln in t.lines] + ["}"]
@@ -605,7 +606,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("}")
     t("return")
     fill = (f"func.func private @fill_row(%i: index, %base: index, %start: index, "
-            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, "
+            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, %anz: index, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -662,6 +663,7 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t("}")
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
+    anz = t.load_index("%A_pos", m, fa.pos_width)     # A's stored entries (prefetches stop there)
     args_count = f"%A_pos, %A_crd, %B_pos, %B_crd"
     types_count = f"memref<?x{pa}>, memref<?x{ca}>, memref<?x{pb}>, memref<?x{cb}>"
 
@@ -711,8 +713,8 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", i1, fa.pos_width)
 
     def count(base, mark, acc, wbase, bm, sbase, sm):
-        c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {args_count}) : "
-                 f"(index, index, index, memref<?xindex>, {types_count}) -> index")
+        c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {anz}, {args_count}) : "
+                 f"(index, index, index, memref<?xindex>, index, {types_count}) -> index")
         t.store_index(c, "%C_pos", i1, pw)
     thread_slice(count)
     t(closing)
@@ -739,10 +741,10 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     start = t.load_index("%C_pos", "%i", pw)
 
     def fill(base, mark, acc, wbase, bm, sbase, sm):
-        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, "
+        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, {anz}, "
           f"%A_pos, %A_crd, %A_val, "
           f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, "
-          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
+          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
     t(closing)
