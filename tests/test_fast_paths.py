@@ -322,3 +322,20 @@ def test_spgemm_rows_of_every_path_exactly(wa, wb):
     assert lengths[1] == n and lengths[0] == 0 and lengths[2] > 32 and 0 < lengths[5] <= 32
     row3 = one.data[one.indptr[3]:one.indptr[4]]
     assert row3.size == 12 and np.all(row3 == 0.0)          # every term cancelled, all stored
+
+
+def test_spgemm_without_nontemporal_stores_same_bits(monkeypatch):
+    """The one-thread kernel's non-temporal value stores (x86-64) and ordinary ones (other
+    machines, ``NONTEMPORAL = False``) give the same bits."""
+    from sparsecc.dialect import handwritten
+    rng = np.random.default_rng(15)
+    A, B = _csr((200, 150), 3000, "float64", rng), _csr((150, 400), 3000, "float64", rng)
+    sc.set_num_threads(1)
+    one = sc.einsum("ik,kj->ij", A, B)
+    monkeypatch.setattr(handwritten, "NONTEMPORAL", False)
+    k = sc.compile("ik,kj->ij", options=sc.Options(opt_level=2))   # another specialization
+    other = k(A, B)
+    assert "sfence" not in k.ir()                   # (the non-temporal branch: never taken)
+    for x, y in ((one.indptr, other.indptr), (one.indices, other.indices), (one.data, other.data)):
+        assert x.tobytes() == y.tobytes()
+    _same(one, (A @ B).toarray())

@@ -31,6 +31,7 @@ specifier returned), so the call path packs and adopts it unchanged.
 
 from __future__ import annotations
 
+import platform
 import sys
 from dataclasses import dataclass
 
@@ -69,6 +70,11 @@ INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
 #: columns each) number at most this many per entry; else it is heap sorted
 SCAN_WORDS_PER_ENTRY = 4
+#: SpGEMM on one thread stores the result's values non-temporally (x86-64: ``movnt``, then
+#: one ``sfence`` before the kernel returns): they are written once, and a cache line fill
+#: for each of them was 6-9% of the kernel's time.  With more threads in the team the stores
+#: stay ordinary (another thread's weakly ordered stores would need a fence before the join)
+NONTEMPORAL = platform.machine().lower() in ("x86_64", "amd64")
 #: SpGEMM: the B row prefetched is that of A's entry this many ahead in the row
 PREFETCH_AHEAD = 2
 
@@ -261,6 +267,7 @@ def _header(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) 
     if parallel:
         decl += ["func.func private @omp_get_thread_num() -> i32",
                 "func.func private @omp_get_max_threads() -> i32",
+                "func.func private @omp_get_num_threads() -> i32",
                 "func.func private @omp_get_num_procs() -> i32"]
     return decl, (f"func.func @kernel({', '.join(params)}) -> ({results}) "
                   f"attributes {{llvm.emit_c_interface}} {{")
@@ -566,7 +573,13 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t.store_index(j, "%C_crd", "%w1", out.crd_width)
     jat = t.op(f"arith.addi %base, {j} : index")        # its value, gathered here
     jv_ = t.op(f"memref.load %acc[{jat}] : memref<?x{T}>")
+    # written once and not read again here: on one thread without a cache line fill
+    # (non-temporal; another thread reading them would need a fence first, so not there)
+    t(f"scf.if %nt {{")
+    t(f"  memref.store {jv_}, %C_val[%w1] {{nontemporal = true}} : memref<?x{T}>")
+    t("} else {")
     t(f"  memref.store {jv_}, %C_val[%w1] : memref<?x{T}>")
+    t("}")
     vm1 = t.op("arith.subi %v1, %one : i64")
     v2 = t.op(f"arith.andi %v1, {vm1} : i64")
     w3 = t.op("arith.addi %w1, %c1 : index")
@@ -601,12 +614,16 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t(f"  memref.store %zero, %sm[{sa}] : memref<?xi64>")
     at = t.op(f"arith.addi %base, {jv} : index")
     v = t.op(f"memref.load %acc[{at}] : memref<?x{T}>")
+    t(f"scf.if %nt {{")
+    t(f"  memref.store {v}, %C_val[%p] {{nontemporal = true}} : memref<?x{T}>")
+    t("} else {")
     t(f"  memref.store {v}, %C_val[%p] : memref<?x{T}>")
+    t("}")
     t("}")
     t("}")
     t("return")
     fill = (f"func.func private @fill_row(%i: index, %base: index, %start: index, "
-            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, %anz: index, "
+            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, %anz: index, %nt: i1, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -741,13 +758,22 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     start = t.load_index("%C_pos", "%i", pw)
 
     def fill(base, mark, acc, wbase, bm, sbase, sm):
-        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, {anz}, "
+        if parallel:    # the team is this thread alone
+            nth = t.op("func.call @omp_get_num_threads() : () -> i32")
+            nts = t.op(f"arith.cmpi eq, {nth}, {t.op('arith.constant 1 : i32')} : i32")
+        else:
+            nts = t.op("arith.constant true")
+        if not NONTEMPORAL:
+            nts = t.op("arith.constant false")
+        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, {anz}, {nts}, "
           f"%A_pos, %A_crd, %A_val, "
           f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, "
-          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
+          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, index, i1, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
     t(closing)
+    if NONTEMPORAL:     # this thread's non-temporal stores visible before the result is handed on
+        t('llvm.call_intrinsic "llvm.x86.sse.sfence"() : () -> ()')
     t("memref.dealloc %mark : memref<?xindex>")
     t("memref.dealloc %bm : memref<?xi64>")
     t("memref.dealloc %sm : memref<?xi64>")
