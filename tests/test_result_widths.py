@@ -159,3 +159,19 @@ def test_index_width_32_allowed_when_the_bound_fits():
     C = k(A, B)
     assert C.indptr.dtype == np.int32
     _exactly(C, A + B)
+
+
+@pytest.mark.parametrize("op", ["reshape", "slice", "vstack"])
+def test_gathers_keep_32_bit_positions(op):
+    """The op library's gather kernels (slices, reshapes, concatenation) store at most their
+    operands' entries: a 100k x 100k operand's reshape keeps 32-bit positions too."""
+    rng = np.random.default_rng(9)
+    A = _csr((100_000, 100_000), 2000, rng)
+    if op == "reshape":
+        got, want = sc.ops.reshape(A, (200_000, 50_000)), sp.csr_array(A.reshape((200_000, 50_000)))
+    elif op == "slice":
+        got, want = sc.ops.getitem(A, (slice(10, 90_000), slice(5, None))), A[10:90_000, 5:]
+    else:
+        got, want = sc.ops.vstack([A, A]), sp.vstack([A, A], format="csr")
+    assert got.indptr.dtype == np.int32 and got.indices.dtype == np.int32
+    _exactly(sp.csr_array(got), want)
