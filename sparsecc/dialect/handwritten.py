@@ -13,10 +13,13 @@ into OpenMP) and compiles them through the same pipeline as every kernel:
 * **SpGEMM** ``C[i,j] = sum[k](A[i,k] * B[k,j])`` with A, B and the result CSR: a two-phase
   Gustavson product.  Phase 1 counts each row's distinct columns with a dense marker (one per
   thread, stamped with the row, so never cleared), a prefix sum gives the positions; phase 2
-  fills each row with a dense accumulator (one per thread), puts the row's coordinates in
-  order (insertion sort up to ``INSERTION_MAX`` entries; else the set bits of a per-thread
-  two-level bitmap read in order when its summary words are few; else ``sparse_tensor.sort``
-  of the row's entries) and gathers the values.  The
+  fills each row with a dense accumulator (one per thread) whose marker is a per-thread
+  two-level bitmap (clear between rows), puts the row's coordinates in order (insertion sort
+  up to ``INSERTION_MAX`` entries; else the set bits of the bitmap read in order, gathering
+  the values as they come, when its summary words are few; else ``sparse_tensor.sort`` of
+  the row's entries) and gathers the values.  Both phases prefetch the row of B that A's
+  entry ``PREFETCH_AHEAD`` ahead will read; on one thread the values are stored
+  non-temporally (``NONTEMPORAL``).  The
   result is canonical (sorted, no duplicates); like the sparsifier's kernel it stores every
   entry the pattern has, an entry whose terms cancel to zero included.
 
