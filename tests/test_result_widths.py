@@ -175,3 +175,23 @@ def test_gathers_keep_32_bit_positions(op):
         got, want = sc.ops.vstack([A, A]), sp.vstack([A, A], format="csr")
     assert got.indptr.dtype == np.int32 and got.indices.dtype == np.int32
     _exactly(sp.csr_array(got), want)
+
+
+@pytest.mark.parametrize("expr,out", [("C[i,j] = A[i,j] + B[i,j]", "dcsr"), ("C[i,j] = A[i,j] - B[j,i]", "coo"),
+                                      ("C[i,j] = sum[k](A[i,k] * B[k,j])", "dcsr")])
+def test_sparsifier_kernels_with_the_bound(monkeypatch, expr, out):
+    """The bound holds for the sparsifier's kernels too (another result format than the
+    hand-written kernels'): at the threshold, 32-bit positions and SciPy's values."""
+    rng = np.random.default_rng(10)
+    A, B = _csr((30, 30), 120, rng), _csr((30, 30), 100, rng)
+    if "sum" in expr:
+        bound, want = int(np.diff(B.indptr)[A.indices].sum()), A @ B
+    else:
+        bound, want = A.nnz + B.nnz, (A + B if "+" in expr else A - B.T)
+    k = sc.compile(expr, out_format=out, options=sc.Options(opt_level=2))
+    for limit, w in ((bound, 32), (bound - 1, 64)):
+        monkeypatch.setattr(kernel_mod, "POS32_MAX", limit)
+        C = k(A=A, B=B)
+        assert _pos_width(k) == w
+        assert "linalg.generic" in k.ir()           # the sparsifier's kernel
+        np.testing.assert_allclose(sp.csr_array(C).toarray(), want.toarray())
