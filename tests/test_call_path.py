@@ -264,8 +264,11 @@ def test_operand_that_needs_64_bits_runs_with_none_and_64(width):
 
 
 def test_index_width_32_refuses_a_result_that_may_need_64(rng):
-    A = sp.csr_array((np.ones(1), np.array([0]), np.r_[0, np.ones(70_000, np.int32)]), shape=(70_000, 2))
-    B = A.T.tocsr()                                  # 70000^2 > 2^31 - 1 possible entries
+    # column 0 of A and row 0 of B full: 70000^2 > 2^31 - 1 products, so as many possible
+    # entries (a result whose operands make fewer products keeps 32 bits: test_result_widths)
+    A = sp.csr_array((np.ones(70_000), np.zeros(70_000, np.int32), np.arange(70_001, dtype=np.int32)),
+                     shape=(70_000, 2))
+    B = A.T.tocsr()
     with pytest.raises(sc.OperandError, match="index_width=32"):
         sc.einsum("ik,kj->ij", A, B, options=sc.Options(index_width=32))
 

@@ -278,3 +278,64 @@ def test_sddmm_non_contiguous_dense_operands():
     Y = rng.random((5, 20)).T                    # a transposed view
     D = sc.einsum("ij,ik,jk->ij", A, X, Y, prune=True)
     _same(D, np.einsum("ij,ik,jk->ij", A.toarray(), X, Y))
+
+
+@pytest.mark.parametrize("wa,wb", [(np.int32, np.int64), (np.int64, np.int32), (np.int64, np.int64)])
+def test_spgemm_rows_of_every_path_exactly(wa, wb):
+    """One product with an empty row, a full row (every column: the bitmap read in order),
+    rows over 32 entries, short rows and entries whose terms cancel to exactly zero (stored,
+    as the structural product has them): SciPy's pattern and values, rows in order, any mix
+    of index widths, the same bits on 1 and 2 threads."""
+    rng = np.random.default_rng(14)
+    m, kk, n = 9, 40, 300
+    A = np.zeros((m, kk))
+    A[1, :] = rng.random(kk)                     # B's rows all together: a full row
+    A[2, rng.choice(kk, 6, replace=False)] = 1.0  # > 32 entries
+    A[3, 5], A[3, 6] = 1.0, 1.0                   # row 5 + row 6: cancels (B[6] = -B[5])
+    A[5, 7] = 2.5                                 # a short row
+    A[7, 5], A[7, 6], A[7, 8] = 1.0, 1.0, 3.0     # cancels, then a long row on top
+    # rows 0, 4, 6, 8 of A: empty
+    B = np.zeros((kk, n))
+    for r in range(kk):
+        B[r, rng.choice(n, 12, replace=False)] = rng.random(12) + 0.5
+    B[6] = -B[5]
+    B[8, :] = rng.random(n)                       # a full row of B
+    B[:, 0] = 0.0
+    B[0, :] = rng.random(n)                       # so row 1 of the product is full
+    As, Bs = sp.csr_array(A), sp.csr_array(B)
+    As.indptr, As.indices = As.indptr.astype(wa), As.indices.astype(wa)
+    Bs.indptr, Bs.indices = Bs.indptr.astype(wb), Bs.indices.astype(wb)
+    threads.set_min_parallel_work(0)
+    got = []
+    for t in (1, 2):
+        sc.set_num_threads(t)
+        got.append(sc.einsum("ik,kj->ij", As, Bs))
+    one, two = got
+    for x, y in ((one.indptr, two.indptr), (one.indices, two.indices), (one.data, two.data)):
+        assert x.tobytes() == y.tobytes()
+    S = sp.csr_array((A != 0).astype(np.int64) @ (B != 0).astype(np.int64))
+    S.sort_indices()
+    np.testing.assert_array_equal(one.indptr, S.indptr)
+    np.testing.assert_array_equal(one.indices, S.indices)
+    np.testing.assert_allclose(one.toarray(), A @ B, rtol=1e-12, atol=1e-12)
+    lengths = np.diff(one.indptr)
+    assert lengths[1] == n and lengths[0] == 0 and lengths[2] > 32 and 0 < lengths[5] <= 32
+    row3 = one.data[one.indptr[3]:one.indptr[4]]
+    assert row3.size == 12 and np.all(row3 == 0.0)          # every term cancelled, all stored
+
+
+def test_spgemm_without_nontemporal_stores_same_bits(monkeypatch):
+    """The one-thread kernel's non-temporal value stores (x86-64) and ordinary ones (other
+    machines, ``NONTEMPORAL = False``) give the same bits."""
+    from sparsecc.dialect import handwritten
+    rng = np.random.default_rng(15)
+    A, B = _csr((200, 150), 3000, "float64", rng), _csr((150, 400), 3000, "float64", rng)
+    sc.set_num_threads(1)
+    one = sc.einsum("ik,kj->ij", A, B)
+    monkeypatch.setattr(handwritten, "NONTEMPORAL", False)
+    k = sc.compile("ik,kj->ij", options=sc.Options(opt_level=2))   # another specialization
+    other = k(A, B)
+    assert "sfence" not in k.ir()                   # (the non-temporal branch: never taken)
+    for x, y in ((one.indptr, other.indptr), (one.indices, other.indices), (one.data, other.data)):
+        assert x.tobytes() == y.tobytes()
+    _same(one, (A @ B).toarray())

@@ -15,10 +15,13 @@ into OpenMP) and compiles them through the same pipeline as every kernel:
 * **SpGEMM** ``C[i,j] = sum[k](A[i,k] * B[k,j])`` with A, B and the result CSR: a two-phase
   Gustavson product.  Phase 1 counts each row's distinct columns with a dense marker (one per
   thread, stamped with the row, so never cleared), a prefix sum gives the positions; phase 2
-  fills each row with a dense accumulator (one per thread), puts the row's coordinates in
-  order (insertion sort up to ``INSERTION_MAX`` entries; else the set bits of a per-thread
-  two-level bitmap read in order when its summary words are few; else ``sparse_tensor.sort``
-  of the row's entries) and gathers the values.  The
+  fills each row with a dense accumulator (one per thread) whose marker is a per-thread
+  two-level bitmap (clear between rows), puts the row's coordinates in order (insertion sort
+  up to ``INSERTION_MAX`` entries; else the set bits of the bitmap read in order, gathering
+  the values as they come, when its summary words are few; else ``sparse_tensor.sort`` of
+  the row's entries) and gathers the values.  Both phases prefetch the row of B that A's
+  entry ``PREFETCH_AHEAD`` ahead will read; on one thread the values are stored
+  non-temporally (``NONTEMPORAL``).  The
   result is canonical (sorted, no duplicates); like the sparsifier's kernel it stores every
   entry the pattern has, an entry whose terms cancel to zero included.
 
@@ -33,6 +36,7 @@ specifier returned), so the call path packs and adopts it unchanged.
 
 from __future__ import annotations
 
+import platform
 import sys
 from dataclasses import dataclass
 
@@ -82,6 +86,13 @@ INSERTION_MAX = 32
 #: SpGEMM: a longer row is read in order from its bitmap when its summary words (4096
 #: columns each) number at most this many per entry; else it is heap sorted
 SCAN_WORDS_PER_ENTRY = 4
+#: SpGEMM on one thread stores the result's values non-temporally (x86-64: ``movnt``, then
+#: one ``sfence`` before the kernel returns): they are written once, and a cache line fill
+#: for each of them was 6-9% of the kernel's time.  With more threads in the team the stores
+#: stay ordinary (another thread's weakly ordered stores would need a fence before the join)
+NONTEMPORAL = platform.machine().lower() in ("x86_64", "amd64")
+#: SpGEMM: the B row prefetched is that of A's entry this many ahead in the row
+PREFETCH_AHEAD = 2
 
 
 def _factors(e) -> list | None:
@@ -272,6 +283,7 @@ def _header(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) 
     if parallel:
         decl += ["func.func private @omp_get_thread_num() -> i32",
                 "func.func private @omp_get_max_threads() -> i32",
+                "func.func private @omp_get_num_threads() -> i32",
                 "func.func private @omp_get_num_procs() -> i32"]
     return decl, (f"func.func @kernel({', '.join(params)}) -> ({results}) "
                   f"attributes {{llvm.emit_c_interface}} {{")
@@ -513,11 +525,12 @@ def _module(decl: list[str], head: str, body: list[str]) -> str:
 
 
 def _prefetch_next(t: "_Text", hi: str, fa: Format, fb: Format, T: str | None) -> None:
-    """Prefetch the B row of A's next entry in this row (``%p`` + 2, clamped): B's rows are
+    """Prefetch the B row of A's entry ``PREFETCH_AHEAD`` ahead (clamped to A's last entry,
+    ``%anz`` - 1: across the row's end, as a thread takes the next rows next): B's rows are
     visited in random order, and the product loop stalled on their first loads."""
-    c2 = t.op("arith.constant 2 : index")
+    c2 = t.op(f"arith.constant {PREFETCH_AHEAD} : index")
     nx = t.op(f"arith.addi %p, {c2} : index")
-    last = t.op(f"arith.subi {hi}, %c1 : index")
+    last = t.op("arith.subi %anz, %c1 : index")
     nx2 = t.op(f"arith.minui {nx}, {last} : index")
     kn = t.load_index("%A_crd", nx2, fa.crd_width)
     bn = t.load_index("%B_pos", kn, fb.pos_width)
@@ -564,7 +577,7 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     t("scf.yield %c2 : index")
     t("}")
     t("return %cnt : index")
-    count = (f"func.func private @count_row(%i: index, %stamp: index, %base: index, %mark: memref<?xindex>, "
+    count = (f"func.func private @count_row(%i: index, %stamp: index, %base: index, %mark: memref<?xindex>, %anz: index, "
              f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %B_pos: memref<?x{pb}>, "
              f"%B_crd: memref<?x{cb}>) -> index {{")
     fns = [count] + [f"  {ln}" for ln in t.lines] + ["}"]
@@ -595,22 +608,23 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     b = t.op(f"memref.load %B_val[%q] : memref<?x{T}>")
     prod = t.op(_mul(row, a, b) if plan.a_first else _mul(row, b, a))
     at = t.op(f"arith.addi %base, {jv} : index")
-    mk = t.op(f"memref.load %mark[{at}] : memref<?xindex>")
-    new = t.op(f"arith.cmpi ne, {mk}, %stamp : index")
-    r1, r2, r3 = t.fresh("r"), t.fresh("r"), t.fresh("r")
-    t(f"{r1}, {r2}, {r3} = scf.if {new} -> (index, index, index) {{")
-    t(f"  memref.store %stamp, %mark[{at}] : memref<?xindex>")
-    t(f"  memref.store {prod}, %acc[{at}] : memref<?x{T}>")
-    t.store_index(jv, "%C_crd", "%ww", out.crd_width)
-    # this column's bit in the thread's bitmap (read back in column order below)
+    # this column's bit in the thread's bitmap: the row's marker (its bits are clear between
+    # rows; a few KiB, where a marker per column was as large as the accumulator) and, read
+    # back in column order below, the row's coordinates in order
     wd = t.op(f"arith.shrui {jv}, %c6 : index")
     wa = t.op(f"arith.addi %wbase, {wd} : index")
     bt = t.op(f"arith.andi {jv}, %c63 : index")
     bt64 = t.op(f"arith.index_cast {bt} : index to i64")
     bit = t.op(f"arith.shli %one, {bt64} : i64")
     word = t.op(f"memref.load %bm[{wa}] : memref<?xi64>")
+    has = t.op(f"arith.andi {word}, {bit} : i64")
+    new = t.op(f"arith.cmpi eq, {has}, %zero : i64")
+    r1, r2, r3 = t.fresh("r"), t.fresh("r"), t.fresh("r")
+    t(f"{r1}, {r2}, {r3} = scf.if {new} -> (index, index, index) {{")
     word2 = t.op(f"arith.ori {word}, {bit} : i64")
     t(f"memref.store {word2}, %bm[{wa}] : memref<?xi64>")
+    t(f"  memref.store {prod}, %acc[{at}] : memref<?x{T}>")
+    t.store_index(jv, "%C_crd", "%ww", out.crd_width)
     # and the word's bit in the summary (bit w of summary word w / 64: bitmap word w is in use)
     sw = t.op(f"arith.shrui {wd}, %c6 : index")
     sa = t.op(f"arith.addi %sbase, {sw} : index")
@@ -708,6 +722,15 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     tzi = t.op(f"arith.index_cast {tz} : i64 to index")
     j = t.op(f"arith.addi {xb}, {tzi} : index")
     t.store_index(j, "%C_crd", "%w1", out.crd_width)
+    jat = t.op(f"arith.addi %base, {j} : index")        # its value, gathered here
+    jv_ = t.op(f"memref.load %acc[{jat}] : memref<?x{T}>")
+    # written once and not read again here: on one thread without a cache line fill
+    # (non-temporal; another thread reading them would need a fence first, so not there)
+    t(f"scf.if %nt {{")
+    t(f"  memref.store {jv_}, %C_val[%w1] {{nontemporal = true}} : memref<?x{T}>")
+    t("} else {")
+    t(f"  memref.store {jv_}, %C_val[%w1] : memref<?x{T}>")
+    t("}")
     vm1 = t.op("arith.subi %v1, %one : i64")
     v2 = t.op(f"arith.andi %v1, {vm1} : i64")
     w3 = t.op("arith.addi %w1, %c1 : index")
@@ -729,7 +752,8 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
       f": memref<?x{co}, strided<[1], offset: ?>>")
     t("}")
     t("}")
-    # clear the bits the row set (none are left where the bitmap was read)
+    # clear the bits the row set (none are left where the bitmap was read) and gather the
+    # values (the bitmap's reading gathered them as it went)
     t(f"scf.if {dirty} {{")
     t("scf.for %p = %start to %end step %c1 {")
     jv = t.load_index("%C_crd", "%p", out.crd_width)
@@ -739,17 +763,18 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     sw = t.op(f"arith.shrui {wd}, %c6 : index")
     sa = t.op(f"arith.addi %sbase, {sw} : index")
     t(f"  memref.store %zero, %sm[{sa}] : memref<?xi64>")
-    t("}")
-    t("}")
-    t("scf.for %p = %start to %end step %c1 {")
-    jv = t.load_index("%C_crd", "%p", out.crd_width)
     at = t.op(f"arith.addi %base, {jv} : index")
     v = t.op(f"memref.load %acc[{at}] : memref<?x{T}>")
+    t(f"scf.if %nt {{")
+    t(f"  memref.store {v}, %C_val[%p] {{nontemporal = true}} : memref<?x{T}>")
+    t("} else {")
     t(f"  memref.store {v}, %C_val[%p] : memref<?x{T}>")
     t("}")
+    t("}")
+    t("}")
     t("return")
-    fill = (f"func.func private @fill_row(%i: index, %stamp: index, %base: index, %start: index, "
-            f"%mark: memref<?xindex>, %acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, "
+    fill = (f"func.func private @fill_row(%i: index, %base: index, %start: index, "
+            f"%acc: memref<?x{T}>, %wbase: index, %bm: memref<?xi64>, %sbase: index, %sm: memref<?xi64>, %n: index, %anz: index, %nt: i1, "
             f"%A_pos: memref<?x{pa}>, %A_crd: memref<?x{ca}>, %A_val: memref<?x{T}>, "
             f"%B_pos: memref<?x{pb}>, %B_crd: memref<?x{cb}>, %B_val: memref<?x{T}>, "
             f"%C_crd: memref<?x{co}>, %C_val: memref<?x{T}>) {{")
@@ -806,6 +831,7 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t("}")
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
+    anz = t.load_index("%A_pos", m, fa.pos_width)     # A's stored entries (prefetches stop there)
     args_count = f"%A_pos, %A_crd, %B_pos, %B_crd"
     types_count = f"memref<?x{pa}>, memref<?x{ca}>, memref<?x{pb}>, memref<?x{cb}>"
 
@@ -855,8 +881,8 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", i1, fa.pos_width)
 
     def count(base, mark, acc, wbase, bm, sbase, sm):
-        c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {args_count}) : "
-                 f"(index, index, index, memref<?xindex>, {types_count}) -> index")
+        c = t.op(f"func.call @count_row(%i, %i, {base}, {mark}, {anz}, {args_count}) : "
+                 f"(index, index, index, memref<?xindex>, index, {types_count}) -> index")
         t.store_index(c, "%C_pos", i1, pw)
     thread_slice(count)
     t(closing)
@@ -881,16 +907,24 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     t.load_index("%A_pos", "%i", fa.pos_width)
     t.load_index("%A_pos", i1, fa.pos_width)
     start = t.load_index("%C_pos", "%i", pw)
-    stamp = t.op(f"arith.addi %i, {m} : index")
 
     def fill(base, mark, acc, wbase, bm, sbase, sm):
-        t(f"func.call @fill_row(%i, {stamp}, {base}, {start}, {mark}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, "
+        if parallel:    # the team is this thread alone
+            nth = t.op("func.call @omp_get_num_threads() : () -> i32")
+            nts = t.op(f"arith.cmpi eq, {nth}, {t.op('arith.constant 1 : i32')} : i32")
+        else:
+            nts = t.op("arith.constant true")
+        if not NONTEMPORAL:
+            nts = t.op("arith.constant false")
+        t(f"func.call @fill_row(%i, {base}, {start}, {acc}, {wbase}, {bm}, {sbase}, {sm}, {n}, {anz}, {nts}, "
           f"%A_pos, %A_crd, %A_val, "
-          f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, index, memref<?xindex>, "
-          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
+          f"%B_pos, %B_crd, %B_val, %C_crd, %C_val) : (index, index, index, "
+          f"memref<?x{T}>, index, memref<?xi64>, index, memref<?xi64>, index, index, i1, memref<?x{pa}>, memref<?x{ca}>, memref<?x{T}>, memref<?x{pb}>, memref<?x{cb}>, "
           f"memref<?x{T}>, memref<?x{_ity(cw)}>, memref<?x{T}>) -> ()")
     thread_slice(fill)
     t(closing)
+    if NONTEMPORAL:     # this thread's non-temporal stores visible before the result is handed on
+        t('llvm.call_intrinsic "llvm.x86.sse.sfence"() : () -> ()')
     t("memref.dealloc %mark : memref<?xindex>")
     t("memref.dealloc %bm : memref<?xi64>")
     t("memref.dealloc %sm : memref<?xi64>")

@@ -62,7 +62,9 @@ def _gather(xs: list, sources: list[dict], ints: list[int], out_shape: tuple[int
         if x.dtype != dtype:
             x = x.astype(dtype)         # operands of a concatenation share the result's dtype
         stores.append(build(x, resolve(_row_major(x), x.ndim, f"operand {k}"), f"operand {k}"))
-    wide = (max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
+    # positions: by the entries it can store, at most its operands' (each is copied once or not)
+    wide = (max(out_shape, default=0) > INT32_MAX,
+            math.prod(out_shape) > INT32_MAX and sum(int(x.data.size) for x in xs) > INT32_MAX)
     of = resolve(out_format, len(out_shape), "the result").with_widths(64 if wide[1] else 32,
                                                                        64 if wide[0] else 32)
     if of.is_dense:

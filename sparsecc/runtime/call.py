@@ -241,7 +241,8 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> "_Plan":
     if self.options.device != "cpu":
         fmts = gpu_formats(self.stmt, fmts)     # a GPU loop needs a dense outer level (docs/gpu.md)
     out_shape = tuple(sizes[j] for j in info.out_slots)
-    out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape)
+    out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape,
+                                  bool(wide and wide[2]))
     if out_fmt is not None:
         orders = sparse_result_orders(self.stmt, fmts, huge)
         fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
@@ -398,9 +399,11 @@ def _call_general(self, args, kwargs):
     sizes = info.sizes(shapes)
     out_shape = [sizes[j] for j in info.out_slots]
     wide = None            # does anything need 64-bit indices?  (usually one cheap test)
-    if max(counts + sizes) > INT32_MAX or (len(out_shape) > 1 and math.prod(out_shape) > INT32_MAX):
+    # the result's entries: by a bound the statement gives before the kernel runs (kernel.py)
+    entries_wide = self._entries_wide(values, counts, out_shape)
+    if max(counts + sizes) > INT32_MAX or entries_wide:
         wide = (tuple((max(s, default=0) > INT32_MAX, n > INT32_MAX) for s, n in zip(shapes, counts)),
-                max(out_shape, default=0) > INT32_MAX, math.prod(out_shape) > INT32_MAX)
+                max(out_shape, default=0) > INT32_MAX, entries_wide)
     huge = huge_dimension(sizes, counts)
     pkey = (tuple(keys), wide, tuple(out_shape) if self._shape_keyed else None, huge)
     plan = info.plans.get(pkey)
@@ -512,7 +515,8 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
         return None
     source, consts = src
     fills = getattr(plan.comp, "fills_output", False)      # the kernel writes every output entry
-    namespace = {"_MISS": _MISS, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
+    from . import kernel as _kmod
+    namespace = {"_MISS": _MISS, "_kmod": _kmod, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
                  "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
@@ -623,8 +627,10 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         lines += [f"if m > {HUGE_SLACK} and (m > {INT32_MAX} or m > {HUGE_FACTOR} * ({stored}) + {HUGE_SLACK}):",
                   "    return _MISS"]
     out_dims = [size[j] for j in info.out_slots]
-    if len(out_dims) > 1:
-        lines += [f"if {' * '.join(out_dims)} > {INT32_MAX}:", "    return _MISS"]
+    if out_dims:            # the result's entries: the same class as the plan's (kernel.py)
+        lines += [f"if {' * '.join(out_dims)} > _kmod.POS32_MAX and kernel._entries_wide(({''.join(f'{a}, ' for a in names)}), "
+                  f"({''.join(f'{c}, ' for c in counts)}), ({''.join(f'{d}, ' for d in out_dims)})):",
+                  "    return _MISS"]
     lines += ["if _spec._loaded.get(_KEY) is not _COMP or kernel._library is not None:", "    return _MISS"]
     lines.append("defer = [] if kernel.check else None")
     if checks:

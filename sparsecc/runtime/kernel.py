@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DeviceError, FormatError, OperandError, SparseccError
-from ..expr import Statement, accesses, describe
+from ..expr import Access, Binary, Const, Reduce, Statement, Unary, accesses, describe
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from ..patterns import check_sparse_result, default_result_format
@@ -31,6 +31,96 @@ from .specialization import (Compiled, gpu_formats, _bare_bsr, _check_block_resu
 
 __all__ = ["Kernel", "Specialization", "STATS", "Stats", "Compiled", "specialize", "bind_named",
            "compile_specialization", "result_format_for", "loaded_specialization", "_result_dtype"]
+
+#: a sparse result's positions are 32-bit when the entries it can store number at most this:
+#: a bound the call knows before the kernel runs (:func:`bound_rule`), else the product of
+#: its dimensions (a module constant: tests make it small)
+POS32_MAX = INT32_MAX
+
+
+def bound_rule(stmt: Statement) -> tuple | None:
+    """How a call of ``stmt`` bounds its result's stored entries before the kernel runs
+    (:func:`entries_bound`), or None (only the product of the result's dimensions does).
+
+    * ``("union",)``: element-wise ``+``, ``-``, ``*`` (and negation, scaling by a 0-d
+      operand or a constant) of operands indexed by exactly the result's indices: the
+      result's pattern is within the union of the operands' patterns, so it stores at most
+      their stored entries summed (a dense operand counts all its elements);
+    * ``("product", x, y, xk, yk)``: ``sum[k](X * Y)`` of two operands (positions ``x``,
+      ``y`` in the operand order; ``xk``/``yk``: where ``k`` is in each access), X indexed by
+      one result index and ``k``, Y by the other and ``k``: each stored entry comes from at
+      least one pair of stored entries of X and Y sharing ``k``."""
+    out = stmt.indices
+    names = {t: n for n, t in enumerate(stmt.operands)}
+
+    def elementwise(e) -> bool:
+        if isinstance(e, Access):
+            return len(e.indices) == len(out) and set(e.indices) == set(out)
+        if isinstance(e, Unary):
+            return e.fn == "neg" and elementwise(e.arg)
+        if isinstance(e, Binary) and e.op in ("+", "-"):
+            return elementwise(e.left) and elementwise(e.right)
+        if isinstance(e, Binary) and e.op == "*":
+            scalar = lambda x: isinstance(x, Const) or (isinstance(x, Access) and x.indices == ())
+            return ((elementwise(e.left) and (scalar(e.right) or elementwise(e.right)))
+                    or (scalar(e.left) and elementwise(e.right)))
+        return False
+
+    e = stmt.expr
+    if len(out) >= 1 and elementwise(e):
+        return ("union",)
+    if (len(out) == 2 and isinstance(e, Reduce) and e.op == "sum" and len(e.indices) == 1
+            and isinstance(e.body, Binary) and e.body.op == "*"
+            and isinstance(e.body.left, Access) and isinstance(e.body.right, Access)):
+        k = e.indices[0]
+        x, y = e.body.left, e.body.right
+        if k in out:
+            return None
+        if any(len(a.indices) != 2 or k not in a.indices or len(set(a.indices)) != 2 for a in (x, y)):
+            return None
+        xo = next(ix for ix in x.indices if ix != k)
+        yo = next(ix for ix in y.indices if ix != k)
+        if {xo, yo} != set(out) or xo == yo:
+            return None
+        return ("product", names[x.tensor], names[y.tensor], x.indices.index(k), y.indices.index(k))
+    return None
+
+
+def _lengths_by(x, at: int):
+    """The stored entries of each slice of SciPy CSR/CSC ``x`` along its dimension ``at``
+    (its ``indptr`` steps), or None where ``x`` is not compressed along ``at``."""
+    fmt = getattr(x, "format", None)
+    if (fmt == "csr" and at == 0) or (fmt == "csc" and at == 1):
+        p = np.asarray(x.indptr)
+        return np.diff(p) if p.size > 1 else np.zeros(0, np.int64)
+    return None
+
+
+def entries_bound(rule: tuple, values, counts, total: int) -> int:
+    """A bound on the stored entries of a result (``total``: its dimensions' product) by
+    ``rule`` (:func:`bound_rule`), for operands ``values`` storing ``counts`` entries.
+    SpGEMM tries the cheap bounds first: ``nnz(X) * nnz(Y)``; ``nnz(X)`` times Y's longest
+    slice along ``k`` (or the reverse); then, for a CSR/CSC X with its ``k`` in ``indices``
+    and Y compressed along ``k``, the exact count of products (O(nnz(X)))."""
+    if rule[0] == "union":
+        return min(total, sum(counts))
+    _, x, y, xk, yk = rule
+    cx, cy = counts[x], counts[y]
+    bound = min(total, cx * cy)
+    if bound <= POS32_MAX:
+        return bound
+    ylen, xlen = _lengths_by(values[y], yk), _lengths_by(values[x], xk)
+    for n, lens in ((cx, ylen), (cy, xlen)):
+        if lens is not None:
+            bound = min(bound, n * int(lens.max(initial=0)))
+    if bound <= POS32_MAX:
+        return bound
+    fmt = getattr(values[x], "format", None)
+    if ylen is not None and ((fmt == "csr" and xk == 1) or (fmt == "csc" and xk == 0)):
+        # (a coordinate out of range is clipped: the kernel's own checks refuse it)
+        ks = np.asarray(values[x].indices)
+        bound = min(bound, int(ylen.take(ks, mode="clip").sum(dtype=np.int64)) if ylen.size else 0)
+    return bound
 
 
 @dataclass(frozen=True)
@@ -80,6 +170,8 @@ class Kernel:
         for name, spec in formats.items():
             if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
+        #: how a call bounds the result's stored entries (:func:`bound_rule`)
+        self._bound_rule = bound_rule(stmt)
         #: operands given as plain "bsr": a non-BSR one becomes a bsr_array by SciPy's rule
         self._auto_bsr = tuple(k for k, n in enumerate(stmt.operands) if _bare_bsr(formats.get(n)))
         #: a plain "bsr" result's block size follows the result's shape: plans are per shape
@@ -138,11 +230,26 @@ class Kernel:
         """The result's NumPy dtype for operands of ``dtypes`` (names, in operand order)."""
         return np.dtype(_result_dtype(self.stmt, tuple(dtypes)))
 
-    def _result_format(self, sparse: frozenset, shape: tuple[int, ...]) -> Format | None:
+    def _entries_wide(self, values, counts, shape) -> bool:
+        """Whether a call's result could store more than ``POS32_MAX`` entries (then its
+        positions are 64-bit): by the bound this statement gives for ``values`` (storing
+        ``counts`` entries) before the kernel runs, else by ``shape``'s product."""
+        total = math.prod(shape)
+        if total <= POS32_MAX:
+            return False
+        rule = self._bound_rule
+        return rule is None or entries_bound(rule, values, counts, total) > POS32_MAX
+
+    def _result_format(self, sparse: frozenset, shape: tuple[int, ...],
+                       entries_wide: bool | None = None) -> Format | None:
         """The result's format for this call (``None``: dense), index widths resolved:
         ``Options.index_width`` if set; else 32-bit coordinates when every dimension fits,
-        32-bit positions when every entry could be stored and still be counted in 32 bits."""
-        wide = (max(shape, default=0) > INT32_MAX, math.prod(shape) > INT32_MAX)
+        32-bit positions when the entries the result can store are counted in 32 bits
+        (``entries_wide``: the call's bound says not, :meth:`_entries_wide`; None: by the
+        product of the dimensions)."""
+        if entries_wide is None:
+            entries_wide = math.prod(shape) > POS32_MAX
+        wide = (max(shape, default=0) > INT32_MAX, entries_wide)
         k = (sparse, wide, shape if _bare_bsr(self.out_format) else None)
         got = self._out_cache.get(k, False)
         if got is not False:
