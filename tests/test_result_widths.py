@@ -137,11 +137,11 @@ def test_spgemm_bound_crossing_between_calls(monkeypatch):
 
 
 def test_other_statements_keep_the_dimensions_rule(monkeypatch):
-    """A result with no known bound (here a broadcast) keeps the rule of its dimensions'
-    product."""
+    """A result with no known bound (here the sum with a broadcast) keeps the rule of its
+    dimensions' product."""
     rng = np.random.default_rng(7)
     A, v = _csr((30, 40), 100, rng), _csr((1, 40), 10, rng)
-    k = sc.compile("C[i,j] = A[i,j] * V[j]", out_format="csr", options=sc.Options(opt_level=2))
+    k = sc.compile("C[i,j] = A[i,j] + V[j]", out_format="csr", options=sc.Options(opt_level=2))
     monkeypatch.setattr(kernel_mod, "POS32_MAX", 30 * 40)
     vv = np.asarray(v.toarray()[0])
     C = k(A, vv)
@@ -149,7 +149,50 @@ def test_other_statements_keep_the_dimensions_rule(monkeypatch):
     monkeypatch.setattr(kernel_mod, "POS32_MAX", 30 * 40 - 1)
     C = k(A, vv)
     assert C.indptr.dtype == np.int64
-    np.testing.assert_allclose(C.toarray(), A.toarray() * vv)
+    np.testing.assert_allclose(C.toarray(), A.toarray() + vv)
+
+
+def test_large_sddmm_keeps_32_bit_positions():
+    """SDDMM's result is on its mask's pattern: at most nnz(A) entries, whatever m x n."""
+    rng = np.random.default_rng(11)
+    A = _csr((100_000, 100_000), 3000, rng)
+    X, Y = rng.random((100_000, 4)), rng.random((100_000, 4))
+    k = sc.compile("ij,ik,jk->ij")
+    for _ in range(2):                        # the second call: the repeated-call path
+        C = k(A, X, Y)
+        assert _pos_width(k) == 32 and C.indptr.dtype == np.int32
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        want = sp.csr_array((A.data * np.einsum("ij,ij->i", X[rows], Y[A.indices]), A.indices, A.indptr),
+                            shape=A.shape)
+        _exactly(C, want)
+
+
+@pytest.mark.parametrize("expr,out,dense_v", [("C[i,j] = A[i,j] * V[j]", "csr", True),
+                                              ("C[i,j] = X[j] * (A[i,j] * B[i,j])", "dcsr", True),
+                                              ("ij,ik,jk->ij", None, False)])
+def test_mask_bound_just_over_gets_64_bits(monkeypatch, expr, out, dense_v):
+    """A product with a factor indexed like the result stores at most that factor's
+    entries: 32-bit positions at exactly nnz, 64-bit just under it, also across calls."""
+    rng = np.random.default_rng(12)
+    A, B = _csr((30, 40), 100, rng), _csr((30, 40), 300, rng)
+    v = rng.random(40)
+    X, Y = rng.random((30, 3)), rng.random((40, 3))
+    if "sum" in expr or "->" in expr:
+        args, want = (A, X, Y), A.toarray() * (X @ Y.T)
+        bound = A.nnz
+    elif "B" in expr:
+        args, want = dict(A=A, B=B, X=v), v * (A.toarray() * B.toarray())
+        bound = min(A.nnz, B.nnz)
+    else:
+        args, want = dict(A=A, V=v), A.toarray() * v
+        bound = A.nnz
+    k = sc.compile(expr, out_format=out, options=sc.Options(opt_level=2))
+    for limit, w in ((bound, 32), (bound - 1, 64), (bound, 32), (bound - 1, 64)):
+        monkeypatch.setattr(kernel_mod, "POS32_MAX", limit)
+        for _ in range(2):                    # the second call: the repeated-call path
+            C = k(**args) if isinstance(args, dict) else k(*args)
+            assert _pos_width(k) == w
+            np.testing.assert_allclose(sp.csr_array(C).toarray(), want, rtol=1e-12)
 
 
 def test_index_width_32_allowed_when_the_bound_fits():

@@ -49,7 +49,11 @@ def bound_rule(stmt: Statement) -> tuple | None:
     * ``("product", x, y, xk, yk)``: ``sum[k](X * Y)`` of two operands (positions ``x``,
       ``y`` in the operand order; ``xk``/``yk``: where ``k`` is in each access), X indexed by
       one result index and ``k``, Y by the other and ``k``: each stored entry comes from at
-      least one pair of stored entries of X and Y sharing ``k``."""
+      least one pair of stored entries of X and Y sharing ``k``;
+    * ``("mask", ops)``: a product with a factor indexed by exactly the result's indices
+      (operand positions ``ops``; SDDMM's ``sum[k](A[i,j] * X[i,k] * Y[j,k])``, also inside a
+      sum): a product is stored only where each such factor is, so the result stores at most
+      the fewest of their entries."""
     out = stmt.indices
     names = {t: n for n, t in enumerate(stmt.operands)}
 
@@ -66,9 +70,22 @@ def bound_rule(stmt: Statement) -> tuple | None:
                     or (scalar(e.left) and elementwise(e.right)))
         return False
 
+    def masks(e) -> list[int]:
+        """Operands indexed by exactly the result's indices that ``e`` multiplies by."""
+        if isinstance(e, Access):
+            same = len(e.indices) == len(out) == len(set(e.indices)) and set(e.indices) == set(out)
+            return [names[e.tensor]] if same else []
+        if isinstance(e, Binary) and e.op == "*":
+            return masks(e.left) + masks(e.right)
+        if isinstance(e, Reduce) and e.op == "sum":      # a sum of products that each are
+            return masks(e.body)
+        return []
+
     e = stmt.expr
     if len(out) >= 1 and elementwise(e):
         return ("union",)
+    if len(out) >= 1 and masks(e):
+        return ("mask", tuple(masks(e)))
     if (len(out) == 2 and isinstance(e, Reduce) and e.op == "sum" and len(e.indices) == 1
             and isinstance(e.body, Binary) and e.body.op == "*"
             and isinstance(e.body.left, Access) and isinstance(e.body.right, Access)):
@@ -104,6 +121,8 @@ def entries_bound(rule: tuple, values, counts, total: int) -> int:
     and Y compressed along ``k``, the exact count of products (O(nnz(X)))."""
     if rule[0] == "union":
         return min(total, sum(counts))
+    if rule[0] == "mask":
+        return min(total, min(counts[o] for o in rule[1]))
     _, x, y, xk, yk = rule
     cx, cy = counts[x], counts[y]
     bound = min(total, cx * cy)
