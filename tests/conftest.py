@@ -5,8 +5,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-# A fresh kernel cache for each test session, unless the caller chose one.
+# A fresh kernel cache for each test session, unless the caller chose one.  Under
+# pytest-xdist (`-n 2`) each worker process gets its own folder inside it: tests that count
+# compilations must not see a kernel another worker put on the disk.
 os.environ.setdefault("SPARSECC_CACHE_DIR", tempfile.mkdtemp(prefix="sparsecc-test-cache-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["SPARSECC_CACHE_DIR"] = os.path.join(os.environ["SPARSECC_CACHE_DIR"],
+                                                    os.environ["PYTEST_XDIST_WORKER"])
 
 
 def random_sparse(shape, density, dtype, rng, *, fmt="coo"):
