@@ -78,3 +78,4 @@ def test_the_scan_prefetches_the_values_of_a_guarded_spmv():
     assert k._last.guarded, "the CSR SpMV's indices are no longer guarded"
     llvm = k.ir("llvm")
     assert "llvm.prefetch" in llvm, "no prefetch in the guarded SpMV's code"
+
