@@ -4,6 +4,7 @@ torch op run right after it, and sparsecc on all cores against one thread on mid
     python benchmarks/neighbours.py                  # both parts, ratios printed
     python benchmarks/neighbours.py --rounds 7       # more interleaved rounds (medians over them)
     python benchmarks/neighbours.py --env KMP_BLOCKTIME=200ms   # any setting, for comparison
+    python benchmarks/neighbours.py --part blocktime --blocktimes 0,20,50,200,1000   # spin policies
 
 Part 1 (needs torch): ``torch.mv`` on a CSR matrix timed one call at a time, interleaved in
 rounds: "alone" (back to back, sparsecc idle for longer than any spin time), "after serial"
@@ -11,6 +12,15 @@ rounds: "alone" (back to back, sparsecc idle for longer than any spin time), "af
 gone to sleep just as well), "after parallel" (right after it on all threads).  Ratios:
 after parallel / alone, and after parallel / after serial (what sparsecc's threads cost).
 Also the reverse: a sparsecc call right after a torch op, against sparsecc alone.
+
+Part 3 (``--part blocktime``, needs torch): libomp blocktimes in microseconds, interleaved round
+by round in one process (``KMP_BLOCKTIME=0us`` in the environment before libomp loads makes
+``kmp_set_blocktime`` take microseconds; without a unit it takes milliseconds), each measured on
+both sides of the trade: SpMV on the bench's 3-D Poisson row on all threads, calls back to back
+(a spinning worker is awake for the next call), and ``torch.mv`` right after a parallel sparsecc
+call (a spinning worker holds a core torch's team wants), against ``torch.mv`` alone.  Every
+sample is kept: medians and the share of stalls (samples over 5x the alone median: a thread
+waiting out a scheduler time slice), which on a loaded machine say more than a median.
 
 Part 2: sparsecc SpMV/SpMM at ``sc.set_num_threads(2)`` against ``1``, interleaved, on
 mid-size inputs (illc1850 from SciPy's test data, uniform rows of a few sizes).
@@ -167,6 +177,65 @@ def part_threads(rounds: int, budget: float):
     sc.set_num_threads(was)
 
 
+def part_blocktime(rounds: int, blocktimes, calls: int = 10):
+    try:
+        import torch
+    except Exception:           # noqa: BLE001
+        print("torch not importable: part 3 skipped")
+        return
+    if os.environ.get("KMP_BLOCKTIME", "").strip() not in ("", "0us"):
+        print("part 3 sets KMP_BLOCKTIME=0us itself: run it without KMP_BLOCKTIME (or --env)")
+        return
+    os.environ["KMP_BLOCKTIME"] = "0us"         # before libomp loads: kmp_set_blocktime in us
+    import warnings
+    import sparsecc as sc
+    from sparsecc.bench.generators import poisson3d, uniform_rows
+    from sparsecc.runtime import threads
+
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    rng = np.random.default_rng(2)
+    P = poisson3d(60)
+    xp = rng.random(P.shape[1])
+    A = uniform_rows(2000, 2000, 10, rng)
+    x = rng.random(2000)
+    big = uniform_rows(50_000, 50_000, 10, rng)
+    xb = rng.random(50_000)
+    k = sc.compile("ij,j->i", "csr", "dense", check=True)
+    tA = torch.sparse_csr_tensor(torch.from_numpy(A.indptr), torch.from_numpy(A.indices),
+                                 torch.from_numpy(A.data), size=A.shape)
+    tx = torch.from_numpy(x)
+    tmv = lambda: torch.mv(tA, tx)       # noqa: E731
+    np.testing.assert_allclose(k(P, xp), P @ xp)
+    rt = threads.load_runtime()
+    sc.set_num_threads(max(2, sc.get_num_threads()))
+    for _ in range(20):
+        k(P, xp), k(big, xb), tmv()
+    pois = {b: [] for b in blocktimes}
+    after = {b: [] for b in blocktimes}
+    alone = []
+    for _ in range(rounds):
+        for b in blocktimes:
+            rt.kmp_set_blocktime(b)
+            k(P, xp)
+            time.sleep(0.01)
+            pois[b] += _one_call_times(lambda: k(P, xp), calls)
+            after[b] += _one_call_times(tmv, calls, before=lambda: k(big, xb))
+            rt.kmp_set_blocktime(0)
+            k(big, xb)                  # the workers asleep before the 'alone' samples
+            time.sleep(0.01)
+            alone += _one_call_times(tmv, max(1, calls // 2))
+    am = _median(alone)
+    stalls = lambda v: 100.0 * float(np.mean(np.asarray(v) > 5 * am))     # noqa: E731
+    print(f"\nlibomp blocktime (us; interleaved, {rounds} rounds, load {os.getloadavg()[0]:.1f}): "
+          f"torch {torch.get_num_threads()} threads, sparsecc {sc.get_num_threads()}; torch.mv "
+          f"{A.shape[0]}x{A.shape[1]} alone {_fmt(am)}, stalls {stalls(alone):.0f}%")
+    for b in blocktimes:
+        a = _median(after[b])
+        print(f"  blocktime {b:6d} us: Poisson-3D SpMV back to back best {_fmt(min(pois[b]))} median "
+              f"{_fmt(_median(pois[b]))} | torch.mv after a parallel call {_fmt(a)} ({a / am:5.2f}x "
+              f"alone), stalls {stalls(after[b]):.0f}%")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
@@ -174,7 +243,9 @@ def main(argv=None):
     p.add_argument("--settle", type=float, default=0.3, help="idle seconds before an 'alone' measurement")
     p.add_argument("--budget", type=float, default=0.05, help="seconds per 1-vs-2-thread measurement")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE set before anything loads")
-    p.add_argument("--part", choices=("all", "torch", "threads"), default="all")
+    p.add_argument("--part", choices=("all", "torch", "threads", "blocktime"), default="all")
+    p.add_argument("--blocktimes", default="0,20,50,200,1000",
+                   help="part 3: libomp blocktimes in microseconds, comma-separated")
     args = p.parse_args(argv)
     for kv in args.env:
         name, _, value = kv.partition("=")
@@ -184,6 +255,8 @@ def main(argv=None):
         part_torch(args.rounds, args.calls, args.settle)
     if args.part in ("all", "threads"):
         part_threads(args.rounds, args.budget)
+    if args.part == "blocktime":
+        part_blocktime(args.rounds, [int(b) for b in args.blocktimes.split(",")])
 
 
 if __name__ == "__main__":

@@ -21,9 +21,14 @@ the max is below the size of every buffer dimension the coordinates index::
 
     for b in range(ceil((rows + entries) / COST)):       // the parallel loop, 1 block per chunk
         r0, r1 = the first rows whose cost (i - lb) + (pos[i] - pos[lb]) reaches b*COST, (b+1)*COST
+        prefetch(values[p]) for p in pos[r0] .. pos[r1], one per cache line
         m = max(crd[p] for p in pos[r0] .. pos[r1])      // unsigned: a negative one is huge
         if pos[r0] < pos[r1] and not m < dim(x, 0): *flag = 1
         else: for i in r0 .. r1: <the original body>
+
+The scan also prefetches the block's lines of every other buffer the rows' loop reads at the
+same positions (a CSR's values): a scan that read only the coordinates left the values to a
+second memory phase, 15-25% of a 1-thread SpMV on Poisson 3-D (``docs/performance.md``).
 
 Each row is still computed by one thread in its own order: results are bit-identical for any
 thread count.  A block with a bad coordinate runs none of its rows, so no access ever leaves
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 from .rewrites import InternalError, _slots
 
-VERSION = "guard_coordinates 6 (blocks of equal rows + entries)"
+VERSION = "guard_coordinates 7 (blocks of equal rows + entries, the scan prefetches the values)"
 #: the function, defined by the checked entry, that returns this call's flag
 FLAG_FUNCTION = "sparsecc_index_flag"
 #: a kernel function's attribute (``array<i64: ...>``): the coordinate arguments it
@@ -312,6 +317,66 @@ def _lower_bound(pos, lb, ub, plb, target):
     return w.results[0]
 
 
+def _streams(F, guards, block, top) -> list:
+    """The buffers other than the guarded coordinates that the positions loop ``F`` loads at
+    its induction variable ``p`` (a CSR SpMV's values), defined before the row loop's outermost
+    op ``top``: what the block's scan prefetches."""
+    from mlir import ir
+    p = F.regions[0].blocks[0].arguments[0]
+    crds = [ld.operands[0] for ld, _ in guards]
+    out = []
+    for use in p.uses:
+        op = _op(use.owner)
+        if op.name != "memref.load" or len(op.operands) != 2 or use.operand_number != 1:
+            continue
+        mem = op.operands[0]
+        if any(mem == c for c in crds) or any(mem == m for m in out):
+            continue
+        if _is_block_arg(mem):
+            ok = mem.owner == block
+        else:
+            d = _op(mem.owner)
+            ok = d.parent is not None and d.block == block and d.is_before_in_block(top)
+        try:
+            ok = ok and ir.MemRefType(mem.type).rank == 1
+        except ValueError:
+            ok = False
+        if ok:
+            out.append(mem)
+    return out
+
+
+def _scan(crd, chain, plo, phi, streams, zero, one):
+    """The unsigned max of ``crd[plo .. phi]`` after the cast ``chain``, after a loop of
+    software prefetches of every cache line of ``streams[plo .. phi]`` (the scan itself stays
+    one loop that LLVM vectorizes).  A separate scan that reads only the
+    coordinates leaves the values to be fetched afterwards by the rows' own loop, a second
+    memory phase that does not overlap the first: 15-25% of a 1-thread SpMV on Poisson 3-D
+    (``docs/performance.md``).  Prefetches never fault, and the results do not depend on them."""
+    from mlir import ir
+    from mlir.dialects import arith, memref, scf
+    index = ir.IndexType.get()
+
+    def max_over(lo, hi, start):
+        loop = scf.ForOp(lo, hi, one, [start])
+        with ir.InsertionPoint(loop.body):
+            v = memref.load(crd, [loop.induction_variable])
+            for cast in chain:
+                v = ir.Operation.create(cast.name, results=[cast.results[0].type], operands=[v]).result
+            scf.YieldOp([arith.maxui(loop.inner_iter_args[0], v)])
+        return loop.results[0]
+
+    for mem in streams:
+        element = ir.MemRefType(mem.type).element_type
+        element = element.maybe_downcast() if hasattr(element, "maybe_downcast") else element
+        per_line = max(1, 512 // max(8, getattr(element, "width", 128)))     # elements per 64-byte line
+        ahead = scf.ForOp(plo, phi, arith.constant(index, per_line))
+        with ir.InsertionPoint(ahead.body):
+            memref.PrefetchOp(mem, [ahead.induction_variable], False, 3, True)   # read, all levels, data
+            scf.YieldOp([])
+    return max_over(plo, phi, zero)
+
+
 def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
     """Rewrite row loop ``L`` into blocks of rows of about :data:`COST` rows plus stored
     entries each, each block checked first."""
@@ -364,16 +429,13 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
         plo = _to_index(memref.load(pos, [first]))
         phi = _to_index(memref.load(pos, [end]))
         good = None
+        streams = _streams(F, guards, block, top)
         for ld, chains in guards:
             for chain, uses in chains:
-                # the unsigned max of the block's coordinates, cast as the kernel casts them
-                scan = scf.ForOp(plo, phi, one, [zero])
-                with ir.InsertionPoint(scan.body):
-                    v = memref.load(ld.operands[0], [scan.induction_variable])
-                    for cast in chain:
-                        v = ir.Operation.create(cast.name, results=[cast.results[0].type], operands=[v]).result
-                    scf.YieldOp([arith.maxui(scan.inner_iter_args[0], v)])
-                top_c = scan.results[0]
+                # the unsigned max of the block's coordinates, cast as the kernel casts them;
+                # the first scan also prefetches the block's other per-entry buffers
+                top_c = _scan(ld.operands[0], chain, plo, phi, streams, zero, one)
+                streams = []
                 for mem, d in uses:
                     size = next(x for m, dd, x in dims if m == mem and dd == d)
                     ok = arith.cmpi(arith.CmpIPredicate.ult, top_c, size)

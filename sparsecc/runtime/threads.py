@@ -210,6 +210,10 @@ def load_runtime() -> ctypes.CDLL:
 #: loads libomp, unless the user set the same variable in the environment.  Blocktime 0: a
 #: worker sleeps as soon as its parallel region ends, instead of spinning for 200 ms on a
 #: core that the caller's next parallel library (torch's libgomp team, MKL, ...) needs.
+#: Short spins (20 us - 1 ms, which libomp 21 accepts as ``KMP_BLOCKTIME=20us``) were measured
+#: against 0 with ``benchmarks/neighbours.py --part blocktime``: they help back-to-back calls at
+#: best, not in the median on a loaded machine, and make the torch op after a call stall more
+#: often (docs/threads-and-options.md), so 0 stays.
 DEFAULTS = {"KMP_BLOCKTIME": "0"}
 
 
@@ -232,8 +236,10 @@ def _configure(lib: ctypes.CDLL) -> None:
 
 
 def blocktime() -> int:
-    """libomp's blocktime (milliseconds a worker spins after a parallel region before it
-    sleeps) for the calling thread, read back from the runtime (loading it)."""
+    """libomp's blocktime (how long a worker spins after a parallel region before it sleeps)
+    for the calling thread, read back from the runtime (loading it).  In milliseconds, or in
+    microseconds when the user's ``KMP_BLOCKTIME`` was given in them (``200us``): libomp's
+    ``kmp_get_blocktime``/``kmp_set_blocktime`` count in the unit of ``KMP_BLOCKTIME``."""
     return int(load_runtime().kmp_get_blocktime())
 
 
