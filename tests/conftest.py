@@ -68,6 +68,23 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def seed(*key) -> int:
+    """A seed fixed by ``key`` (a test's parameters), the same in every process."""
+    import zlib
+    return zlib.crc32(repr(key).encode())
+
+
+@pytest.fixture
+def restore_threads():
+    """The thread count and the parallel-work threshold as they were before the test."""
+    import sparsecc as sc
+    from sparsecc.runtime import threads
+    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
+    yield
+    sc.set_num_threads(n)
+    threads.set_min_parallel_work(w)
+
+
 # The largest parametrized sweeps (14) run in full with ``-m slow`` (python -m pytest -m slow);
 # a default run (CI) keeps a fixed half of each, chosen by a hash of the test id, so the
 # suite stays under 10 minutes on 2 cores.  docs/reliability.md ("Running the tests").

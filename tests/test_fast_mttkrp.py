@@ -8,7 +8,6 @@ and 1 vs 2 threads (bitwise equal)."""
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
@@ -17,21 +16,14 @@ import scipy.sparse as sp
 import sparsecc as sc
 from sparsecc.runtime import threads
 
-from conftest import random_dense, random_values
+from conftest import seed as _seed, random_dense, random_values
 
 MODE0 = "ijk,jr,kr->ir"
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
-    yield
-    sc.set_num_threads(n)
-    threads.set_min_parallel_work(w)
+pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
 
-def _seed(*key) -> int:
-    return zlib.crc32(repr(key).encode())
 
 
 def _coo3(shape, nnz, dtype, rng, width=np.int32, *, aos=False, rows=None):

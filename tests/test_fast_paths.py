@@ -6,7 +6,6 @@ SpGEMM's rows, and 1 vs 2 threads (bitwise equal)."""
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
@@ -15,17 +14,12 @@ import scipy.sparse as sp
 import sparsecc as sc
 from sparsecc.runtime import threads
 
-from conftest import random_dense, random_values
+from conftest import seed as _seed, random_dense, random_values
 
 DTYPES = ["float64", "float32", "int64", "complex128"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
-    yield
-    sc.set_num_threads(n)
-    threads.set_min_parallel_work(w)
+pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
 
 def _csr(shape, nnz, dtype, rng, width=np.int32, *, unsorted=False, duplicates=False):
@@ -76,8 +70,6 @@ def _handwritten(k) -> bool:
     return "linalg.generic" not in k.ir()
 
 
-def _seed(*key) -> int:
-    return zlib.crc32(repr(key).encode())
 
 
 # ------------------------------------------------------------------------------ SpGEMM

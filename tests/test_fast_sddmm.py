@@ -8,7 +8,6 @@ the stored entries, and for float64 the documented summation order replayed exac
 import subprocess
 import sys
 import textwrap
-import zlib
 from fractions import Fraction
 
 import numpy as np
@@ -16,6 +15,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
+
+from conftest import seed as _seed
 from sparsecc.runtime import threads
 
 KS = [0, 1, 7, 8, 9, 15, 16, 17, 32, 33, 128]
@@ -24,16 +25,9 @@ DTYPES = ["float64", "float32", "int64", "complex128"]
 LANES = {"float64": 8, "float32": 16, "int64": 8, "int32": 16}
 ACCS = 1
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
-    yield
-    sc.set_num_threads(n)
-    threads.set_min_parallel_work(w)
+pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
 
-def _seed(*key) -> int:
-    return zlib.crc32(repr(key).encode())
 
 
 def _values(shape, dtype, rng):

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -20,22 +19,15 @@ import sparsecc as sc
 from sparsecc.runtime import threads
 from sparsecc.runtime import validate as validate_mod
 
-from conftest import random_dense, random_values
+from conftest import seed as _seed, random_dense, random_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPMM = "ik,kj->ij"
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
-    yield
-    sc.set_num_threads(n)
-    threads.set_min_parallel_work(w)
+pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
 
-def _seed(*key) -> int:
-    return zlib.crc32(repr(key).encode())
 
 
 def _csr(shape, nnz, dtype, rng, pos=np.int64, crd=np.int64, *, rows=None, unsorted=False, duplicates=False):

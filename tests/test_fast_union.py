@@ -7,7 +7,6 @@ cancellations, -0.0, inf), and 1 vs 2 threads."""
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import sparsecc as sc
 from sparsecc.dialect import handwritten_union
 from sparsecc.runtime import threads
 
-from conftest import random_values
+from conftest import seed as _seed, random_values
 
 DTYPES = ["float64", "float32", "int64", "complex128"]
 STATEMENTS = {
@@ -28,16 +27,9 @@ STATEMENTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n, w = sc.get_num_threads(), threads.get_min_parallel_work()
-    yield
-    sc.set_num_threads(n)
-    threads.set_min_parallel_work(w)
+pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
 
-def _seed(*key) -> int:
-    return zlib.crc32(repr(key).encode())
 
 
 def _csr(shape, nnz, dtype, rng, width=np.int32, *, pattern=None):
