@@ -358,3 +358,19 @@ def test_bad_coordinates_at_the_prefetch_distances_in_a_subprocess(kind, nthread
     for c in lines:
         assert c["error"] is not None, c
         assert c["untouched"], c
+
+
+def test_non_canonical_spmm_operand_is_coalesced_first():
+    """The SpMM kernel reads rows as they are, but the call hands it a canonical copy (the
+    docs said 'summed as they are (no canonical copy)': they were wrong).  Duplicates
+    1e16, -1e16 of one column and 1 of another: summed first (numpy.einsum on a dense
+    copy) the row is 1; summed as products in A's order (SciPy's A @ X) it is 0."""
+    D = sp.csr_array((np.array([1e16, 1.0, -1e16]), np.array([0, 1, 0]), np.array([0, 3])), shape=(1, 2))
+    U = sp.csr_array((np.array([1.0, 1e16, -1e16]), np.array([1, 0, 0]), np.array([0, 3])), shape=(1, 2))
+    for A in (D, U):
+        before = (A.data.copy(), A.indices.copy())
+        got = sc.einsum(SPMM, A, np.ones((2, 3)))
+        np.testing.assert_array_equal(got, np.einsum("ik,kj->ij", A.toarray(), np.ones((2, 3))))
+        np.testing.assert_array_equal(got, np.ones((1, 3)))
+        np.testing.assert_array_equal(A.data, before[0])
+        np.testing.assert_array_equal(A.indices, before[1])
