@@ -374,3 +374,54 @@ def test_non_canonical_spmm_operand_is_coalesced_first():
         np.testing.assert_array_equal(got, np.ones((1, 3)))
         np.testing.assert_array_equal(A.data, before[0])
         np.testing.assert_array_equal(A.indices, before[1])
+
+
+# ------------------------------------------------------------------ valgrind memcheck (slow)
+VALGRIND_CHILD = r"""
+import numpy as np, scipy.sparse as sp
+import sparsecc as sc
+opts = sc.Options(cpu="x86-64-v3")      # AVX2: valgrind decodes no AVX-512
+rng = np.random.default_rng(0)
+
+def fresh(shape, dtype):                 # an exact-size heap block: a read past its end shows
+    a = np.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize, np.uint8).view(dtype).reshape(shape)
+    a[...] = rng.integers(-3, 4, shape)
+    return a
+
+bad = 0
+for dtype in (np.float64, np.float32):
+    for n in (1, 3, 5, 7, 9, 17, 33, 65):          # masked tails of every width
+        K = 130
+        A = sp.csr_array((np.ones(3, dtype), (np.array([0, 1, 1]), np.array([K - 1, 0, K - 1]))), shape=(2, K))
+        X = fresh((K, n), dtype)
+        bad += not np.allclose(sc.einsum("ik,kj->ij", A, X, options=opts), A.toarray() @ X)
+for dtype in (np.float64, np.float32, np.int32, np.int64):
+    for kk in (1, 3, 7, 9, 15, 17, 33):
+        A = sp.csr_array((np.ones(3, dtype), (np.array([0, 2, 2]), np.array([3, 0, 3]))), shape=(3, 4))
+        for spec in ("ij,ik,jk->ij", "ij,ki,kj->ij"):
+            X = fresh((3, kk) if spec[3:5] == "ik" else (kk, 3), dtype)
+            Y = fresh((4, kk) if spec[6:8] == "jk" else (kk, 4), dtype)
+            got = sc.einsum(spec, A, X, Y, options=opts).toarray()
+            bad += not np.array_equal(got, np.einsum(spec, A.toarray(), X, Y))
+print("done", bad)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not __import__("shutil").which("valgrind"),
+                    reason="needs valgrind")
+def test_masked_tails_read_nothing_past_the_operands_under_valgrind(tmp_path):
+    """Masked tails (SpMM's last columns, SDDMM's last k) at the very end of X's and Y's
+    heap blocks: memcheck finds no access by a kernel outside them (about a minute)."""
+    env = dict(os.environ, PYTHONMALLOC="malloc")
+    warm = subprocess.run([sys.executable, "-c", VALGRIND_CHILD], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=900)      # compile outside valgrind
+    assert warm.stdout.strip() == "done 0", warm.stderr[-2000:]
+    log = tmp_path / "vg.log"
+    r = subprocess.run(["valgrind", "-q", f"--log-file={log}", sys.executable, "-c", VALGRIND_CHILD],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    assert r.stdout.strip() == "done 0", (r.returncode, r.stderr[-2000:])
+    cache = os.environ["SPARSECC_CACHE_DIR"]
+    blocks = __import__("re").split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())   # one error each
+    ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
+    assert not ours, ours[0]
