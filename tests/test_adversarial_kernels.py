@@ -425,3 +425,33 @@ def test_masked_tails_read_nothing_past_the_operands_under_valgrind(tmp_path):
     blocks = __import__("re").split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())   # one error each
     ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
     assert not ours, ours[0]
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="no C compiler")
+def test_aot_spmm_overwrites_a_garbage_output(tmp_path):
+    """An AOT library of SpMM (the hand-written kernel) called through its C wrapper with an
+    output full of garbage: every entry overwritten (empty rows, an empty A and an X
+    without rows too), and through sc.aot.load."""
+    import ctypes
+    k = sc.compile(SPMM, "csr", "dense")
+    path = sc.aot.build("advspmm", {"spmm": k}, str(tmp_path))
+    lib = ctypes.CDLL(path)
+    fn = lib.advspmm_spmm
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    fn.argtypes = [I, I, I, P, I, P, I, P, I, P, P]
+    fn.restype = ctypes.c_int
+    rng = np.random.default_rng(15)
+    for m, K, n, density in ((30, 20, 11, 0.3), (30, 20, 33, 0.0), (7, 0, 5, 0.0), (5, 9, 70, 1.0)):
+        A = sp.random_array((m, K), density=density, rng=rng, format="csr") if K else sp.csr_array((m, 0))
+        X = rng.standard_normal((K, n))
+        ip, ix = A.indptr.astype(np.int32), np.ascontiguousarray(A.indices, np.int32)
+        data = np.ascontiguousarray(A.data, np.float64)
+        out = np.full((m, n), np.nan)
+        rc = fn(m, K, n, ip.ctypes.data, len(ip), ix.ctypes.data, len(ix), data.ctypes.data, len(data),
+                X.ctypes.data, out.ctypes.data)
+        assert rc == 0
+        np.testing.assert_allclose(out, spmm_oracle(A.indptr, A.indices, A.data, X), rtol=1e-12, atol=1e-12)
+    loaded = sc.aot.load(str(tmp_path))
+    A = sp.random_array((9, 8), density=0.4, rng=rng, format="csr")
+    X = rng.standard_normal((8, 17))
+    np.testing.assert_allclose(loaded["spmm"](A, X), A @ X, rtol=1e-12, atol=1e-12)
