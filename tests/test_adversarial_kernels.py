@@ -5,12 +5,11 @@ user passes (empty shapes, rows, single rows holding everything, duplicates and 
 rows, NaN/inf, non-contiguous / read-only / unaligned dense operands, mixed index widths,
 column and k counts around every vector width, operands changing between calls of one
 kernel after the freed memory was poisoned), 1 vs 2 threads bitwise equal, and bad
-coordinates in a subprocess.  The default run keeps a few cases; ``-m slow`` runs more."""
+coordinates in a subprocess.  The default run keeps a few cases; ``-m slow`` runs 3000 (about a minute)."""
 
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -202,7 +201,7 @@ def run_sddmm_case(seed):
 
 
 DEFAULT_CASES = 24
-SLOW_CASES = 600
+SLOW_CASES = 3000
 
 
 @pytest.mark.parametrize("seed", range(DEFAULT_CASES))
@@ -429,9 +428,11 @@ def test_masked_tails_read_nothing_past_the_operands_under_valgrind(tmp_path):
 
 @pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="no C compiler")
 def test_aot_spmm_overwrites_a_garbage_output(tmp_path):
-    """An AOT library of SpMM (the hand-written kernel) called through its C wrapper with an
-    output full of garbage: every entry overwritten (empty rows, an empty A and an X
-    without rows too), and through sc.aot.load."""
+    """An AOT library of SpMM called through its C wrapper with an output full of garbage:
+    every entry overwritten (empty rows, an empty A and an X without rows too), and through
+    sc.aot.load.  (AOT libraries compile the sparsifier's kernel, serial, which fills its
+    output itself: runtime/specialization.py compile_specialization; the hand-written
+    kernels and their np.empty results are the JIT path's.)"""
     import ctypes
     k = sc.compile(SPMM, "csr", "dense")
     path = sc.aot.build("advspmm", {"spmm": k}, str(tmp_path))
@@ -455,3 +456,43 @@ def test_aot_spmm_overwrites_a_garbage_output(tmp_path):
     A = sp.random_array((9, 8), density=0.4, rng=rng, format="csr")
     X = rng.standard_normal((8, 17))
     np.testing.assert_allclose(loaded["spmm"](A, X), A @ X, rtol=1e-12, atol=1e-12)
+
+
+def _malloc_bytes():
+    """Bytes the C heap holds (glibc's mallinfo2: arena in use plus mmap-ed blocks), or None."""
+    import ctypes
+
+    class _MI2(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        f = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return None
+    f.restype = _MI2
+    m = f()
+    return m.uordblks + m.hblkhd
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_sddmm_bad_coordinate_frees_the_result_it_built(check):
+    """SDDMM checks A's coordinates itself and still returns the CSR result it built (its
+    pos/crd/val allocations) with the out-of-range flag: the call raised OperandError and
+    leaked them, about 12 bytes per stored entry per failing call (a 48 MB result lost
+    each time; before the kernel's own check, NumPy's raised first and nothing leaked)."""
+    if _malloc_bytes() is None:
+        pytest.skip("no glibc mallinfo2")
+    rng = np.random.default_rng(16)
+    A = sp.random_array((400, 300), density=0.2, rng=rng, format="csr")       # 24k entries
+    A.indices[A.nnz - 1] = 300
+    X, Y = rng.standard_normal((400, 4)), rng.standard_normal((300, 4))
+    k = sc.compile("ij,ik,jk->ij", out_format="csr", check=check)
+    for _ in range(3):      # warm: the compile, the plan, the repeated-call path
+        with pytest.raises(sc.OperandError):
+            k(A, X, Y)
+    before = _malloc_bytes()
+    for _ in range(40):
+        with pytest.raises(sc.OperandError):
+            k(A, X, Y)
+    grown = _malloc_bytes() - before
+    assert grown < 2_000_000, f"{grown} bytes kept by 40 failing calls ({A.nnz} entries each)"
