@@ -189,7 +189,11 @@ def run_sddmm_case(seed):
     Xo = X if spec[3:5] == "ik" else X.T.copy()
     Yo = Y if spec[6:8] == "jk" else Y.T.copy()
     want = sddmm_oracle(A.indptr, A.indices, A.data, X, Y)
-    got = sc.einsum(spec, A, _hostile(Xo, rng), _hostile(Yo, rng))
+    Xh, Yh = _hostile(Xo, rng), _hostile(Yo, rng)
+    before = [np.array(a, copy=True) for a in (A.data, A.indices, A.indptr, Xh, Yh)]
+    got = sc.einsum(spec, A, Xh, Yh)
+    for b, a in zip(before, (A.data, A.indices, A.indptr, Xh, Yh)):     # nothing the user passes is modified
+        np.testing.assert_array_equal(a, b)
     assert got.shape == (m, n) and got.dtype == dtype
     np.testing.assert_array_equal(got.indptr, A.indptr)
     np.testing.assert_array_equal(got.indices, A.indices)
