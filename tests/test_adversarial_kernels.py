@@ -5,7 +5,7 @@ user passes (empty shapes, rows, single rows holding everything, duplicates and 
 rows, NaN/inf, non-contiguous / read-only / unaligned dense operands, mixed index widths,
 column and k counts around every vector width, operands changing between calls of one
 kernel after the freed memory was poisoned), 1 vs 2 threads bitwise equal, and bad
-coordinates in a subprocess.  The default run keeps a few cases; ``-m slow`` runs 3000 (about a minute)."""
+coordinates in a subprocess.  The default run keeps a few cases; ``-m slow`` runs 3000 and a valgrind memcheck pass."""
 
 import os
 import subprocess
