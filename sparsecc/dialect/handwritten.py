@@ -357,7 +357,8 @@ def sddmm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) ->
     v = t.op(_mul(row, a, s))
     t(f"memref.store {v}, %C_val[%p] : memref<?x{row.storage}>")
     t("} else {")
-    t(f"llvm.store {one32}, {flag} : i32, !llvm.ptr")
+    # atomic (monotonic, as SpMM and passes/guards.py): the row loop's threads may all store it
+    t(f"llvm.store {one32}, {flag} atomic monotonic {{alignment = 4 : i64}} : i32, !llvm.ptr")
     t("}")
     t("}")
     t(closing)

@@ -26,8 +26,10 @@ entry.  This kernel:
   raises the NumPy check's ``OperandError``.  With no columns the coordinates are scanned
   on their own.
 
-A is read as it is: unsorted coordinates and duplicates in a row need no canonical order
-(each entry is added to the row's sums).  The function has the arguments of the
+The kernel itself needs no canonical order (each entry it reads is added to the row's
+sums), but the call path hands it a canonical A: an operand with unsorted or duplicate
+coordinates is coalesced on a copy first, as for every kernel (docs/formats.md), so
+duplicates are summed before they multiply X (as ``numpy.einsum`` on a dense copy does).  The function has the arguments of the
 sparsifier's kernel for the same statement (the sizes, per operand its buffers and
 specifier or its dense memref, the output memref), so the call path packs it unchanged.  It
 writes every entry of the output (empty rows and an X without rows give zeros), so the call

@@ -32,7 +32,7 @@ from . import memref as _memref
 from .memref import ArgPacker, describe as describe_array, specifier
 from .operands import (_INDEX, INT32_MAX, aos_like, as_operand, coo_aos, default_format, index_dtypes,
                        load_compressed, load_csr1d, load_dense, loader, nnz_bound, own_widths)
-from .results import result_view, wrap
+from .results import release, result_view, wrap
 from .specialization import (HUGE_FACTOR, HUGE_SLACK, Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
 from .validate import SMALL, check_deferred, small_compressed_ok_typed, check_widths, known_orders, validate
@@ -441,6 +441,8 @@ def _call_general(self, args, kwargs):
     block, base = plan.packer.pack(scalars, operands, None)
     rc = comp.entry(base)
     if rc:
+        if rc == 2:     # it returned normally: the result it built is freed, not leaked
+            release(result_view(out_fmt, block, plan.packer.result_at))
         _failed(self.source, rc, defer)
     del operands
     return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
@@ -456,8 +458,8 @@ def _flagless(x):
 
 def _failed(source: str, rc: int, defer):
     """A kernel returned ``rc`` != 0: 2, a guarded coordinate was out of range (raise the
-    NumPy check's message for it; a sparse result the kernel was building is leaked, as
-    after running out of memory); 1, out of memory."""
+    NumPy check's message for it; the caller has freed the sparse result the kernel
+    returned); 1, out of memory (a sparse result the kernel was building is leaked)."""
     if rc == 2:
         check_deferred(defer or [])
         raise OperandError(f"sparsecc: an operand of '{source}' holds an index out of range "
@@ -497,6 +499,8 @@ def call_with_buffers(mod: Loaded, result, scalars, stores, what: str) -> None:
     argv = (ctypes.c_void_p * len(keep))(*[ctypes.addressof(k) for k in keep])
     rc = mod.entry(argv)
     if rc == 2:
+        if result is not None:
+            release(result)
         raise OperandError(f"sparsecc: an operand of {what} holds an index out of range")
     if rc:
         raise MemoryError(f"sparsecc: {what} ran out of memory (an allocation inside it failed)"
@@ -517,7 +521,7 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
     fills = getattr(plan.comp, "fills_output", False)      # the kernel writes every output entry
     from . import kernel as _kmod
     namespace = {"_MISS": _MISS, "_kmod": _kmod, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
-                 "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed,
+                 "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed, "_release": release,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
                  "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
@@ -648,6 +652,8 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
     fill, pack = _memref.fill_source([size[j] for j in plan.size_slots], layout,
                                      ("out", out_dims) if dense_out else None, plan.packer.args_at // 8)
     lines += fill + [pack, "rc = _ENTRY(base)", "if rc:"]
+    if not dense_out:       # rc 2: the kernel returned its result normally: freed, not leaked
+        lines += ["    if rc == 2: _release(_result_view(_OUTF, block, _RAT))"]
     # a kernel that found an index out of range: the deferred checks (large operands), then
     # the full check of small ones, name the operand and the index
     lines += ["    if rc == 2 and defer:", "        _check_deferred(defer)"]

@@ -44,6 +44,20 @@ def result_view(fmt: Format, block, offset: int):
     return result_class(len(fmt.fields()), len(fmt.levels)).from_buffer(block, offset)
 
 
+def release(res) -> None:
+    """Free every buffer of the sparse result struct ``res`` without adopting it: for a
+    kernel that returned normally but reported an index out of range (rc 2), whose result
+    the call discards.  (After rc 1, a jump out of a failed allocation, the struct holds no
+    result: nothing to free.)"""
+    freed: set = set()
+    for name, _ in res._fields_:
+        if name.startswith("b"):
+            base = getattr(res, name).allocated
+            if base and base not in freed:
+                freed.add(base)
+                _free(base)
+
+
 def _adopt(desc, n: int, dtype: np.dtype, freed: set) -> np.ndarray:
     """The first ``n`` elements of a kernel-allocated buffer as an array that frees it."""
     base = desc.allocated
