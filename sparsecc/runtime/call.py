@@ -15,7 +15,6 @@ kernels built outside ``Kernel`` (the op library's structural kernels).
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
