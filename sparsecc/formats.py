@@ -180,7 +180,7 @@ class Format:
         return out + [("val", -1)]
 
     def with_widths(self, pos: int, crd: int) -> "Format":
-        return _with_widths(self, self.pos_width or pos, self.crd_width or crd)
+        return _with_widths(self, self.name, self.pos_width or pos, self.crd_width or crd)
 
     # --------------------------------------------------------------------- MLIR
     def encoding(self) -> str:
@@ -309,7 +309,9 @@ def _is_dense(fmt: Format) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _with_widths(fmt: Format, pos: int, crd: int) -> Format:
+def _with_widths(fmt: Format, name: str, pos: int, crd: int) -> Format:
+    # ``name`` is part of the key: formats compare without their names (dcsr == a rank-2
+    # csf), so a cache keyed by the format alone returned whichever was asked first
     return replace(fmt, pos_width=pos, crd_width=crd)
 
 

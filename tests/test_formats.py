@@ -89,6 +89,19 @@ def test_a_nameless_format_prints_as_the_preset_it_is(name, rank):
     assert rebuilt.name == "" and str(rebuilt) == str(f)
 
 
+@pytest.mark.parametrize("first,then,rank", [("csf", "dcsr", 2), ("dcsr", "csf", 2), ("coo", "csf", 1),
+                                             ("csf", "coo", 1)])
+def test_formats_of_one_structure_keep_their_own_names_through_caches(first, then, rank):
+    """dcsr and a rank-2 csf are the same levels: a cache keyed by structure returned the
+    first one's object for the second (the user's dcsr printed as 'csf[...]' in errors, as
+    a 1-D coo could print as 'csf' or 'dense'), depending on what the process had resolved
+    before."""
+    for w in (32, 64):
+        resolve(first, rank).with_widths(w, w)
+        got = resolve(then, rank).with_widths(w, w)
+        assert got.name == then and str(got).startswith(then + "[")
+
+
 def test_a_custom_format_still_prints_its_encoding():
     f = Format(("dense", "compressed(nonordered)"))
     assert str(f).startswith("#sparse_tensor.encoding<")
