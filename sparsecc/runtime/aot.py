@@ -156,6 +156,7 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
     if out_fmt is not None:
         body.append("    struct { memref1 b[%d]; struct { int64_t lvl[%d]; int64_t mem[%d]; } spec; } res;"
                     % (len(out_fmt.fields()), len(out_fmt.levels), len(out_fmt.fields())))
+        body.append("    memset(&res, 0, sizeof res);")
         body.append("    argv[k++] = &res;")
     for i in idx:
         body.append(f"    argv[k++] = &n_{i};")
@@ -191,6 +192,11 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                    "allocated by the caller, overwritten")
         body.append(_descriptor("d_out", "out", out_dims))
         body.append("    argv[k++] = &d_out;")
+        if spec.get("kernel") and not spec.get("fills_output"):
+            # a hand-written kernel that adds into its output (MTTKRP, TTV) gets it zeroed here,
+            # as the sparsifier's kernels zero theirs
+            count = " * ".join(f"(size_t){d}" for d in out_dims) or "1"
+            body.append(f"    memset(out, 0, {count} * sizeof({out_ct}));")
         body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
     else:
         params.append(f"{lib}_sparse_result *out")
@@ -198,7 +204,12 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
         doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
         doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
         doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
-        body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
+        # 2: the kernel (SDDMM's, which range-checks A) returned its result's buffers: free them
+        body.append(f"    {{ int rc = {fn}_entry(argv);   /* 1: out of memory, 2: an index out of range */")
+        body.append(f"      if (rc == 2) for (int b = 0; b < {len(names)}; b++) {{ int seen = 0;")
+        body.append("        for (int c = 0; c < b; c++) seen |= res.b[c].allocated == res.b[b].allocated;")
+        body.append("        if (!seen) free(res.b[b].allocated); }")
+        body.append("      if (rc) return rc; }")
         body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
         for d, e in enumerate(out_dims):
             body.append(f"    out->dims[{d}] = {e};")
@@ -207,7 +218,8 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
         body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
     doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
     doc.append(" * leak, nothing is written to out), or 2 if it found a coordinate out of range in a loop")
-    doc.append(" * that checks them (dense results only; out then holds garbage).  Inputs are otherwise")
+    doc.append(" * that checks them (a dense out then holds garbage; a sparse out is not written, its buffers")
+    doc.append(" * are freed).  Inputs are otherwise")
     doc.append(" * not validated: pass well-formed buffers (sc.aot.load validates).")
     doc.append(" */")
     body += ["    (void)k;", "    return 0;", "}"]
@@ -282,6 +294,7 @@ def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[st
     digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "{lib}.h"
 
 typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
@@ -370,8 +383,9 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 fmts = _cuda_formats(k, kname, fmts, out_fmt, index_width)
                 cuda_kernels.append(kname)
             obj = os.path.join(tmp, f"{kname}.o")
+            chosen = {}
             comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt,
-                                          obj, entry=f"{name}_{kname}_entry")
+                                          obj, entry=f"{name}_{kname}_entry", chosen=chosen)
             if kdev == "cuda":
                 _check_ptx(obj, kname, stmt)
             objects.append(obj)
@@ -385,7 +399,10 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     **({"device": "cuda", "gpu_arch": _ptx_arch(obj)} if kdev == "cuda" else {}),
                     "index_order": list(comp.index_order), "out_indices": list(stmt.indices),
                     "out_dtype": comp.out_dtype, "out_format": out_fmt.encoding() if out_fmt else None,
-                    "prune": k.prune, "entry": f"{name}_{kname}_entry"}
+                    "prune": k.prune, "entry": f"{name}_{kname}_entry",
+                    # a hand-written kernel (recorded only then: a sparsifier kernel's entry,
+                    # and its digest, are what older builds wrote)
+                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"]} if chosen else {})}
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)
