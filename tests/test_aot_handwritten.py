@@ -48,6 +48,9 @@ def test_manifest_records_the_hand_written_kernels(hwlib):
     assert {k: v.get("kernel") for k, v in man["kernels"].items()} == KINDS
     assert man["kernels"]["spmm"]["fills_output"] is True
     assert man["kernels"]["mttkrp"]["fills_output"] is False
+    # SpMM and SDDMM range-check A's coordinates themselves (check=True skips NumPy's check)
+    assert man["kernels"]["spmm"]["guarded"] and man["kernels"]["sddmm"]["guarded"]
+    assert man["kernels"]["spgemm"]["guarded"] == []
     for spec in man["kernels"].values():
         for op in spec["operands"]:
             assert op["format"] == "dense" or f"posWidth = {width}, crdWidth = {width}" in op["format"]

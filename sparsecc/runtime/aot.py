@@ -402,7 +402,8 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     "prune": k.prune, "entry": f"{name}_{kname}_entry",
                     # a hand-written kernel (recorded only then: a sparsifier kernel's entry,
                     # and its digest, are what older builds wrote)
-                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"]} if chosen else {})}
+                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"],
+                        "guarded": chosen["guarded"]} if chosen else {})}
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)
@@ -581,5 +582,10 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
-    k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path)
+    guarded = spec.get("guarded", [])
+    n_args = len(index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in fmts)
+    if not (isinstance(guarded, list) and all(type(g) is int and 0 <= g < n_args for g in guarded)):
+        raise bad(f"guarded operands {guarded!r}")
+    k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path, guarded=tuple(guarded),
+                                       fills_output=spec.get("fills_output") is True and out_fmt is None)
     return k
