@@ -51,6 +51,11 @@ def test_manifest_records_the_hand_written_kernels(hwlib):
     # SpMM and SDDMM range-check A's coordinates themselves (check=True skips NumPy's check)
     assert man["kernels"]["spmm"]["guarded"] and man["kernels"]["sddmm"]["guarded"]
     assert man["kernels"]["spgemm"]["guarded"] == []
+    # a SpGEMM call with a dimension much larger than its stored entries: the sparsifier's kernel
+    assert man["kernels"]["spgemm"]["huge_dimensions"] == "sparsifier"
+    syms = subprocess.run(["nm", "-D", "--defined-only", os.path.join(out, "libhw.so")],
+                          capture_output=True, text=True).stdout
+    assert "hw_spgemm_entry_loops" in syms and "hw_spgemm_entry_sparsifier" in syms
     for spec in man["kernels"].values():
         for op in spec["operands"]:
             assert op["format"] == "dense" or f"posWidth = {width}, crdWidth = {width}" in op["format"]
@@ -162,6 +167,18 @@ for case in ("random", "empty", "zero-rows", "single"):
     v = rng.standard_normal(n).astype(d0)
     close(lib.ttv(T, v), np.einsum("ijk,k->ij", T.toarray().astype(np.float64), v.astype(np.float64)), d0)
     print(case, "ok")
+
+# SpGEMM with huge dimensions (the dispatching entry runs the sparsifier's kernel), and at
+# the threshold's edges
+for n, nnz in ((400_000, 50), (65_536 + 4 * 40, 20), (65_536 + 4 * 40 + 1, 20)):
+    rows, cols = rng.integers(0, n, nnz), rng.integers(0, n, nnz)
+    A = sp.csr_array((rng.random(nnz).astype(DT["spgemm"]), (rows, cols)), shape=(n, n)); A.sum_duplicates()
+    A.indices = A.indices.astype(ity); A.indptr = A.indptr.astype(ity)
+    B = A.T.tocsr(); B.indices = B.indices.astype(ity); B.indptr = B.indptr.astype(ity)
+    C = lib.spgemm(A, B)
+    same_pattern(C, pattern(A) @ pattern(B))
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).tocsr(); ref.sort_indices()
+    close(C.data, ref.data, DT["spgemm"])
 
 # nothing the user passes is modified
 A = mat(30, 20, 0.2, DT["sddmm"]); X = rng.standard_normal((30, 4)).astype(DT["sddmm"])

@@ -285,6 +285,32 @@ void {lib}_free_result({lib}_sparse_result *r);
 """
 
 
+def _c_dispatch(entry: str, n_indices: int, fmts, huge: bool) -> str:
+    """The packed entry ``entry`` of a SpGEMM built twice: the hand-written loops
+    (``<entry>_loops``), or for a call with a dimension much larger than its stored entries
+    (``specialization.huge_dimension``, the JIT's rule) the sparsifier's kernel
+    (``<entry>_sparsifier``).  ``huge=False``: only the sparsifier's was built (it forwards)."""
+    from .specialization import HUGE_FACTOR, HUGE_SLACK
+    lines = [f"int {entry}_loops(void **args);", f"int {entry}_sparsifier(void **args);",
+             f"int {entry}(void **a) {{"]
+    if not huge:
+        return "\n".join(lines + [f"    return {entry}_sparsifier(a);", "}", ""])
+    lines.append("    int64_t big = 0, stored = 0;")
+    lines.append(f"    for (int d = 0; d < {n_indices}; d++) {{ int64_t s = *(int64_t *)a[1 + d]; "
+                 "if (s > big) big = s; }")
+    at = 1 + n_indices
+    for f in fmts:
+        if f.is_dense:
+            at += 1
+            continue
+        fields = f.fields()
+        v = next(k for k, (kind, _) in enumerate(fields) if kind not in ("pos", "crd"))
+        lines.append(f"    stored += ((memref1 *)a[{at + v}])->sizes[0];")
+        at += len(fields) + 1
+    lines.append(f"    return big > {HUGE_FACTOR} * stored + {HUGE_SLACK} ? {entry}_sparsifier(a) : {entry}_loops(a);")
+    return "\n".join(lines + ["}", ""])
+
+
 def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[str]) -> str:
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
@@ -337,6 +363,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     in the MLIR tools package); the C ABI takes host pointers, as for CPU kernels
     (docs/gpu.md "Ahead of time").
     """
+    from .fast_paths import sized_by_dimension
     from .kernel import Kernel, compile_specialization, result_format_for
     if not isinstance(name, str) or not _NAME.match(name):
         raise SparseccError(f"a library name is a C identifier, got {name!r}")
@@ -384,8 +411,22 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 cuda_kernels.append(kname)
             obj = os.path.join(tmp, f"{kname}.o")
             chosen = {}
-            comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt,
-                                          obj, entry=f"{name}_{kname}_entry", chosen=chosen)
+            entry = f"{name}_{kname}_entry"
+            # SpGEMM's hand-written loops clear a workspace the size of the result's columns on
+            # every call: a call with a dimension much larger than its stored entries runs the
+            # sparsifier's kernel instead, picked per call by a dispatching entry (_c_dispatch)
+            split = kdev == "cpu" and sized_by_dimension(stmt, tuple(fmts), dts, out_fmt)
+            comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt, obj,
+                                          entry=entry + ("_loops" if split else ""), chosen=chosen)
+            if split:
+                obj2 = os.path.join(tmp, f"{kname}_sparsifier.o")
+                compile_specialization(stmt, tuple(fmts), dts, options, out_fmt, obj2,
+                                       entry=entry + "_sparsifier", handwritten=False)
+                objects.append(obj2)
+                defs.append(_c_dispatch(entry, len(comp.index_order), fmts,
+                                        huge=bool(chosen) and chosen["kernel"] == "spgemm"))
+                if chosen:
+                    chosen["huge_dimensions"] = "sparsifier"
             if kdev == "cuda":
                 _check_ptx(obj, kname, stmt)
             objects.append(obj)
@@ -403,7 +444,8 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     # a hand-written kernel (recorded only then: a sparsifier kernel's entry,
                     # and its digest, are what older builds wrote)
                     **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"],
-                        "guarded": chosen["guarded"]} if chosen else {})}
+                        "guarded": chosen["guarded"]} if chosen else {}),
+                    **({"huge_dimensions": chosen["huge_dimensions"]} if "huge_dimensions" in chosen else {})}
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)

@@ -267,7 +267,7 @@ def _first_that_compiles(attempts, build):
 
 def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                            options: Options, out_format: Format | None, obj_path: str,
-                           entry: str, chosen: dict | None = None) -> KernelSignature:
+                           entry: str, chosen: dict | None = None, handwritten: bool = True) -> KernelSignature:
     """Compile one specialization into the object file ``obj_path`` exporting ``entry``
     (ahead-of-time libraries; no cache).  Returns its signature.  Always serial code
     (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
@@ -275,11 +275,12 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
     ``fast_paths.serial_kernel``) come first, emitted serial; ``chosen`` (a dict, when given)
     then gets ``kernel`` (their kind), ``fills_output`` (the kernel writes every entry of
     its dense output; else the output must arrive zeroed) and ``guarded`` (the operands whose
-    coordinates it range-checks itself: ``check=True`` skips NumPy's check of them)."""
+    coordinates it range-checks itself: ``check=True`` skips NumPy's check of them).
+    ``handwritten=False``: the sparsifier's kernel (an AOT SpGEMM's form for huge dimensions)."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
     if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
         options = dataclasses.replace(options, parallel="none")
-        hand = fast_paths.serial_kernel(stmt, formats, dtypes, out_format)
+        hand = fast_paths.serial_kernel(stmt, formats, dtypes, out_format) if handwritten else None
         index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
         out_dtype = _result_dtype(stmt, dtypes).name
         if hand is not None and hand[1] == index_order and out_dtype == dtypes[0]:
