@@ -17,7 +17,7 @@ HAVE_CC = shutil.which("cc") is not None
 
 #: the kernels, and what each is served by (recorded in the manifest)
 KINDS = {"spgemm": "spgemm", "sddmm": "sddmm", "spmm": "spmm", "add": "union", "sub": "union",
-         "mttkrp": "mttkrp", "ttv": "ttv"}
+         "mttkrp": "mttkrp", "ttv": "ttv", "spmv": None}
 #: dtypes per width: the 32-bit library in float64, the 64-bit one in float32 / int64
 DTYPES = {32: {}, 64: {"spgemm": ("float32",) * 2, "sddmm": ("float32",) * 3, "spmm": ("float32",) * 2,
                        "add": ("int64",) * 2, "sub": ("float32",) * 2, "mttkrp": ("float32",) * 3,
@@ -29,7 +29,8 @@ def hwlib(request, tmp_path_factory):
     width = request.param
     out = str(tmp_path_factory.mktemp(f"aot_hw{width}"))
     dtypes = {k: DTYPES[width].get(k, ("float64",) * n) for k, n in
-              (("spgemm", 2), ("sddmm", 3), ("spmm", 2), ("add", 2), ("sub", 2), ("mttkrp", 3), ("ttv", 2))}
+              (("spgemm", 2), ("sddmm", 3), ("spmm", 2), ("add", 2), ("sub", 2), ("mttkrp", 3), ("ttv", 2),
+                                     ("spmv", 2))}
     sc.aot.build("hw", {
         "spgemm": sc.compile("ik,kj->ij", "csr", "csr", out_format="csr"),
         "sddmm": sc.compile("ij,ik,jk->ij", "csr", "dense", "dense", out_format="csr"),
@@ -38,6 +39,7 @@ def hwlib(request, tmp_path_factory):
         "sub": sc.compile("C[i,j] = A[i,j] - B[i,j]", A="csc", B="csc", out_format="csc"),
         "mttkrp": sc.compile("ijk,jr,kr->ir", "coo", "dense", "dense"),
         "ttv": sc.compile("ijk,k->ij", "coo", "dense", out_format="dense"),
+        "spmv": sc.compile("ij,j->i", "csr", "dense"),      # the sparsifier's, for comparison
     }, out, index_width=width, dtype=dtypes)
     return out, width
 
@@ -62,11 +64,13 @@ def test_manifest_records_the_hand_written_kernels(hwlib):
 
 
 def test_sparsifier_kernels_keep_their_manifest_entry(tmp_path):
-    """A kernel no hand-written one serves is recorded as before (no new fields: its digest is
-    what an older build wrote, so those libraries keep loading)."""
-    sc.aot.build("old", {"spmv": sc.compile("ij,j->i", "csr", "dense")}, str(tmp_path))
-    spec = json.load(open(tmp_path / "old.json"))["kernels"]["spmv"]
-    assert "kernel" not in spec and "fills_output" not in spec
+    """A kernel no hand-written one serves is recorded as before, but for its fused range
+    checks (``guarded``, read as empty from older manifests)."""
+    sc.aot.build("old", {"spmv": sc.compile("ij,j->i", "csr", "dense"),
+                         "rowsum": sc.compile("ij->i", "coo")}, str(tmp_path))
+    man = json.load(open(tmp_path / "old.json"))["kernels"]
+    assert set(man["spmv"]) - set(man["rowsum"]) <= {"guarded"}
+    assert not {"kernel", "fills_output", "huge_dimensions"} & set(man["spmv"])
 
 
 def test_library_depends_only_on_libc(hwlib):
@@ -179,6 +183,21 @@ for n, nnz in ((400_000, 50), (65_536 + 4 * 40, 20), (65_536 + 4 * 40 + 1, 20)):
     same_pattern(C, pattern(A) @ pattern(B))
     ref = (A.astype(np.float64) @ B.astype(np.float64)).tocsr(); ref.sort_indices()
     close(C.data, ref.data, DT["spgemm"])
+
+# dense results in memory NumPy just freed (the loader allocates them with np.empty where the
+# kernel writes every entry): SpMV (the sparsifier's, fills its output), SpMM, MTTKRP (zeroed)
+for r in range(3):
+    A = mat(300, 200, 0.05, DT["spmm"]); X = rng.standard_normal((200, 16)).astype(DT["spmm"])
+    junk = np.full((300, 16), 7, DT["spmm"]); del junk
+    close(lib.spmm(A, X), A.toarray().astype(np.float64) @ X.astype(np.float64), DT["spmm"])
+    x = rng.standard_normal(200)
+    junk = np.full(300, 7.0); del junk
+    close(lib.spmv(A.astype(np.float64), x), A.toarray().astype(np.float64) @ x, "float64")
+    T = sp.random_array((40, 30, 20), density=0.05, format="coo", rng=rng).astype(DT["mttkrp"])
+    Bf = rng.standard_normal((30, 6)).astype(DT["mttkrp"]); Cf = rng.standard_normal((20, 6)).astype(DT["mttkrp"])
+    junk = np.full((40, 6), 7, DT["mttkrp"]); del junk
+    close(lib.mttkrp(T, Bf, Cf), np.einsum("ijk,jr,kr->ir", T.toarray().astype(np.float64),
+                                           Bf.astype(np.float64), Cf.astype(np.float64)), DT["mttkrp"])
 
 # nothing the user passes is modified
 A = mat(30, 20, 0.2, DT["sddmm"]); X = rng.standard_normal((30, 4)).astype(DT["sddmm"])

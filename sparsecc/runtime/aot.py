@@ -420,12 +420,17 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                                           entry=entry + ("_loops" if split else ""), chosen=chosen)
             if split:
                 obj2 = os.path.join(tmp, f"{kname}_sparsifier.o")
+                other = {}
                 compile_specialization(stmt, tuple(fmts), dts, options, out_fmt, obj2,
-                                       entry=entry + "_sparsifier", handwritten=False)
+                                       entry=entry + "_sparsifier", handwritten=False, chosen=other)
+                # either kernel may run: only what both range-check is skipped by sc.aot.load
+                both = sorted(set(chosen.get("guarded", ())) & set(other.get("guarded", ())))
+                if "guarded" in chosen:
+                    chosen["guarded"] = both
                 objects.append(obj2)
                 defs.append(_c_dispatch(entry, len(comp.index_order), fmts,
-                                        huge=bool(chosen) and chosen["kernel"] == "spgemm"))
-                if chosen:
+                                        huge=chosen.get("kernel") == "spgemm"))
+                if "kernel" in chosen:
                     chosen["huge_dimensions"] = "sparsifier"
             if kdev == "cuda":
                 _check_ptx(obj, kname, stmt)
@@ -443,9 +448,9 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     "prune": k.prune, "entry": f"{name}_{kname}_entry",
                     # a hand-written kernel (recorded only then: a sparsifier kernel's entry,
                     # and its digest, are what older builds wrote)
-                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"],
-                        "guarded": chosen["guarded"]} if chosen else {}),
-                    **({"huge_dimensions": chosen["huge_dimensions"]} if "huge_dimensions" in chosen else {})}
+                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"]}
+                       if "kernel" in chosen else {}),
+                    **{f: chosen[f] for f in ("guarded", "huge_dimensions") if f in chosen}}
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)
@@ -628,6 +633,10 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     n_args = len(index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in fmts)
     if not (isinstance(guarded, list) and all(type(g) is int and 0 <= g < n_args for g in guarded)):
         raise bad(f"guarded operands {guarded!r}")
+    # a dense result: the sparsifier's AOT kernels fill it themselves (emitted without
+    # zeroed_output, since manifest version 1), the hand-written ones as recorded
+    fills = out_fmt is None and spec.get("device") != "cuda" and (
+        spec.get("fills_output") is True if "kernel" in spec else True)
     k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path, guarded=tuple(guarded),
-                                       fills_output=spec.get("fills_output") is True and out_fmt is None)
+                                       fills_output=fills)
     return k

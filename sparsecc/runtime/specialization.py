@@ -276,7 +276,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
     then gets ``kernel`` (their kind), ``fills_output`` (the kernel writes every entry of
     its dense output; else the output must arrive zeroed) and ``guarded`` (the operands whose
     coordinates it range-checks itself: ``check=True`` skips NumPy's check of them).
-    ``handwritten=False``: the sparsifier's kernel (an AOT SpGEMM's form for huge dimensions)."""
+    A sparsifier kernel with fused range checks gets only ``guarded``.  ``handwritten=False``:
+    the sparsifier's kernel (an AOT SpGEMM's form for huge dimensions)."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
     if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
         options = dataclasses.replace(options, parallel="none")
@@ -304,6 +305,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
+        if chosen is not None and reply.get("guarded"):     # fused range checks (passes/guards.py)
+            chosen["guarded"] = sorted(reply["guarded"])
         return sig
     return _first_that_compiles(_attempts(stmt, formats, out_format), build)
 
