@@ -324,3 +324,36 @@ int main(void) {
     assert r.returncode == 0, r.stderr
     # 50 leaked results would be 50 x 20000 x (idx + real) bytes, >= 12 MB
     assert int(r.stdout) < 200_000, r.stdout
+
+
+def test_a_library_with_the_sparsifier_kernels_still_loads(tmp_path, monkeypatch):
+    """What older builds wrote (no hand-written kernels, no new manifest fields): loaded with
+    outputs in memory NumPy just freed, results right, bad indices refused."""
+    import numpy as np
+    import scipy.sparse as sp
+    from sparsecc.runtime import fast_paths, specialization
+    monkeypatch.setattr(fast_paths, "serial_kernel", lambda *a: None)
+    real = specialization.compile_specialization
+    monkeypatch.setattr(specialization, "compile_specialization",
+                        lambda *a, chosen=None, **kw: real(*a, **kw))      # records nothing
+    import sparsecc.runtime.kernel as kmod
+    monkeypatch.setattr(kmod, "compile_specialization", specialization.compile_specialization)
+    sc.aot.build("older", {"spmm": sc.compile("ik,kj->ij", "csr", "dense"),
+                           "mttkrp": sc.compile("ijk,jr,kr->ir", "coo", "dense", "dense")}, str(tmp_path))
+    man = json.load(open(tmp_path / "older.json"))["kernels"]
+    assert not any({"kernel", "guarded", "fills_output"} & set(spec) for spec in man.values())
+    lib = sc.aot.load(str(tmp_path))
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        A = sp.random_array((120, 90), density=0.05, format="csr", rng=rng)
+        X = rng.standard_normal((90, 12))
+        junk = np.full((120, 12), 7.0); del junk
+        np.testing.assert_allclose(lib.spmm(A, X), A.toarray() @ X, rtol=1e-12, atol=1e-12)
+        T = sp.random_array((30, 20, 10), density=0.05, format="coo", rng=rng)
+        B, C = rng.standard_normal((20, 3)), rng.standard_normal((10, 3))
+        junk = np.full((30, 3), 7.0); del junk
+        np.testing.assert_allclose(lib.mttkrp(T, B, C), np.einsum("ijk,jr,kr->ir", T.toarray(), B, C),
+                                   rtol=1e-12, atol=1e-12)
+    bad = A.copy(); bad.indices[0] = 95
+    with pytest.raises(sc.OperandError, match="index 95"):
+        lib.spmm(bad, X)
