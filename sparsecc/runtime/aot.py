@@ -156,6 +156,7 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
     if out_fmt is not None:
         body.append("    struct { memref1 b[%d]; struct { int64_t lvl[%d]; int64_t mem[%d]; } spec; } res;"
                     % (len(out_fmt.fields()), len(out_fmt.levels), len(out_fmt.fields())))
+        body.append("    memset(&res, 0, sizeof res);")
         body.append("    argv[k++] = &res;")
     for i in idx:
         body.append(f"    argv[k++] = &n_{i};")
@@ -191,6 +192,11 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
                    "allocated by the caller, overwritten")
         body.append(_descriptor("d_out", "out", out_dims))
         body.append("    argv[k++] = &d_out;")
+        if spec.get("kernel") and not spec.get("fills_output"):
+            # a hand-written kernel that adds into its output (MTTKRP, TTV) gets it zeroed here,
+            # as the sparsifier's kernels zero theirs
+            count = " * ".join(f"(size_t){d}" for d in out_dims) or "1"
+            body.append(f"    memset(out, 0, {count} * sizeof({out_ct}));")
         body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
     else:
         params.append(f"{lib}_sparse_result *out")
@@ -198,7 +204,12 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
         doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
         doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
         doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
-        body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
+        # 2: the kernel (SDDMM's, which range-checks A) returned its result's buffers: free them
+        body.append(f"    {{ int rc = {fn}_entry(argv);   /* 1: out of memory, 2: an index out of range */")
+        body.append(f"      if (rc == 2) for (int b = 0; b < {len(names)}; b++) {{ int seen = 0;")
+        body.append("        for (int c = 0; c < b; c++) seen |= res.b[c].allocated == res.b[b].allocated;")
+        body.append("        if (!seen) free(res.b[b].allocated); }")
+        body.append("      if (rc) return rc; }")
         body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
         for d, e in enumerate(out_dims):
             body.append(f"    out->dims[{d}] = {e};")
@@ -207,7 +218,8 @@ def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
         body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
     doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
     doc.append(" * leak, nothing is written to out), or 2 if it found a coordinate out of range in a loop")
-    doc.append(" * that checks them (dense results only; out then holds garbage).  Inputs are otherwise")
+    doc.append(" * that checks them (a dense out then holds garbage; a sparse out is not written, its buffers")
+    doc.append(" * are freed).  Inputs are otherwise")
     doc.append(" * not validated: pass well-formed buffers (sc.aot.load validates).")
     doc.append(" */")
     body += ["    (void)k;", "    return 0;", "}"]
@@ -273,6 +285,32 @@ void {lib}_free_result({lib}_sparse_result *r);
 """
 
 
+def _c_dispatch(entry: str, n_indices: int, fmts, huge: bool) -> str:
+    """The packed entry ``entry`` of a SpGEMM built twice: the hand-written loops
+    (``<entry>_loops``), or for a call with a dimension much larger than its stored entries
+    (``specialization.huge_dimension``, the JIT's rule) the sparsifier's kernel
+    (``<entry>_sparsifier``).  ``huge=False``: only the sparsifier's was built (it forwards)."""
+    from .specialization import HUGE_FACTOR, HUGE_SLACK
+    lines = [f"int {entry}_loops(void **args);", f"int {entry}_sparsifier(void **args);",
+             f"int {entry}(void **a) {{"]
+    if not huge:
+        return "\n".join(lines + [f"    return {entry}_sparsifier(a);", "}", ""])
+    lines.append("    int64_t big = 0, stored = 0;")
+    lines.append(f"    for (int d = 0; d < {n_indices}; d++) {{ int64_t s = *(int64_t *)a[1 + d]; "
+                 "if (s > big) big = s; }")
+    at = 1 + n_indices
+    for f in fmts:
+        if f.is_dense:
+            at += 1
+            continue
+        fields = f.fields()
+        v = next(k for k, (kind, _) in enumerate(fields) if kind not in ("pos", "crd"))
+        lines.append(f"    stored += ((memref1 *)a[{at + v}])->sizes[0];")
+        at += len(fields) + 1
+    lines.append(f"    return big > {HUGE_FACTOR} * stored + {HUGE_SLACK} ? {entry}_sparsifier(a) : {entry}_loops(a);")
+    return "\n".join(lines + ["}", ""])
+
+
 def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[str]) -> str:
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
@@ -282,6 +320,7 @@ def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[st
     digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "{lib}.h"
 
 typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
@@ -324,6 +363,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     in the MLIR tools package); the C ABI takes host pointers, as for CPU kernels
     (docs/gpu.md "Ahead of time").
     """
+    from .fast_paths import sized_by_dimension
     from .kernel import Kernel, compile_specialization, result_format_for
     if not isinstance(name, str) or not _NAME.match(name):
         raise SparseccError(f"a library name is a C identifier, got {name!r}")
@@ -370,8 +410,28 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                 fmts = _cuda_formats(k, kname, fmts, out_fmt, index_width)
                 cuda_kernels.append(kname)
             obj = os.path.join(tmp, f"{kname}.o")
-            comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt,
-                                          obj, entry=f"{name}_{kname}_entry")
+            chosen = {}
+            entry = f"{name}_{kname}_entry"
+            # SpGEMM's hand-written loops clear a workspace the size of the result's columns on
+            # every call: a call with a dimension much larger than its stored entries runs the
+            # sparsifier's kernel instead, picked per call by a dispatching entry (_c_dispatch)
+            split = kdev == "cpu" and sized_by_dimension(stmt, tuple(fmts), dts, out_fmt)
+            comp = compile_specialization(stmt, tuple(fmts), dts, options, out_fmt, obj,
+                                          entry=entry + ("_loops" if split else ""), chosen=chosen)
+            if split:
+                obj2 = os.path.join(tmp, f"{kname}_sparsifier.o")
+                other = {}
+                compile_specialization(stmt, tuple(fmts), dts, options, out_fmt, obj2,
+                                       entry=entry + "_sparsifier", handwritten=False, chosen=other)
+                # either kernel may run: only what both range-check is skipped by sc.aot.load
+                both = sorted(set(chosen.get("guarded", ())) & set(other.get("guarded", ())))
+                if "guarded" in chosen:
+                    chosen["guarded"] = both
+                objects.append(obj2)
+                defs.append(_c_dispatch(entry, len(comp.index_order), fmts,
+                                        huge=chosen.get("kernel") == "spgemm"))
+                if "kernel" in chosen:
+                    chosen["huge_dimensions"] = "sparsifier"
             if kdev == "cuda":
                 _check_ptx(obj, kname, stmt)
             objects.append(obj)
@@ -385,7 +445,12 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     **({"device": "cuda", "gpu_arch": _ptx_arch(obj)} if kdev == "cuda" else {}),
                     "index_order": list(comp.index_order), "out_indices": list(stmt.indices),
                     "out_dtype": comp.out_dtype, "out_format": out_fmt.encoding() if out_fmt else None,
-                    "prune": k.prune, "entry": f"{name}_{kname}_entry"}
+                    "prune": k.prune, "entry": f"{name}_{kname}_entry",
+                    # a hand-written kernel (recorded only then: a sparsifier kernel's entry,
+                    # and its digest, are what older builds wrote)
+                    **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"]}
+                       if "kernel" in chosen else {}),
+                    **{f: chosen[f] for f in ("guarded", "huge_dimensions") if f in chosen}}
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)
@@ -564,5 +629,14 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
-    k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path)
+    guarded = spec.get("guarded", [])
+    n_args = len(index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in fmts)
+    if not (isinstance(guarded, list) and all(type(g) is int and 0 <= g < n_args for g in guarded)):
+        raise bad(f"guarded operands {guarded!r}")
+    # a dense result: the sparsifier's AOT kernels fill it themselves (emitted without
+    # zeroed_output, since manifest version 1), the hand-written ones as recorded
+    fills = out_fmt is None and spec.get("device") != "cuda" and (
+        spec.get("fills_output") is True if "kernel" in spec else True)
+    k._library = loaded_specialization(stmt, fmts, dtypes, out_fmt, lib, fn, path, guarded=tuple(guarded),
+                                       fills_output=fills)
     return k

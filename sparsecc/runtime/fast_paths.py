@@ -82,3 +82,29 @@ def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
     plan = handwritten.match(stmt, formats, dtypes, out_format)
     return plan is not None and plan.kind == "spgemm"
+
+
+def serial_kernel(stmt, formats, dtypes, out_format):
+    """The hand-written kernel for an ahead-of-time library (``specialization.compile_specialization``):
+    ``(kind, index_order, mlir, fills_output, guarded)`` with serial loops (``parallel=False``: no OpenMP
+    calls, so the library needs only libc and libm), or None (the sparsifier's kernel).  The same
+    matching, in the same order, as :func:`compiled` on the CPU; no ``huge`` rule: serially,
+    SpGEMM's one workspace (about 16 bytes per result column, per call) is the size of the
+    sparsifier's own row expansion.  ``guarded``: the operands whose coordinates the kernel
+    range-checks itself (SpMM; None: what the compile reports, as for SDDMM)."""
+    from ..dialect import handwritten_mttkrp, handwritten_spmm
+    fmts = dict(zip(stmt.operands, formats))
+    if len(formats) in (2, 3):
+        plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format)
+        if plan is not None:
+            return plan.kind, tuple(plan.index_order), handwritten_mttkrp.emit(plan, fmts, dtypes[0], False), False, None
+    plan = handwritten_spmm.match(stmt, formats, dtypes, out_format)
+    if plan is not None:
+        return ("spmm", tuple(plan.index_order), handwritten_spmm.emit(plan, fmts, dtypes[0], False), True,
+                handwritten_spmm.guarded(plan, stmt, formats))
+    plan, module = handwritten.match(stmt, formats, dtypes, out_format), handwritten
+    if plan is None:
+        plan, module = handwritten_union.match(stmt, formats, dtypes, out_format), handwritten_union
+    if plan is None:
+        return None
+    return plan.kind, tuple(plan.index_order), module.emit(plan, fmts, out_format, dtypes[0], False), False, None

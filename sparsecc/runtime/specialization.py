@@ -267,14 +267,37 @@ def _first_that_compiles(attempts, build):
 
 def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                            options: Options, out_format: Format | None, obj_path: str,
-                           entry: str) -> KernelSignature:
+                           entry: str, chosen: dict | None = None, handwritten: bool = True) -> KernelSignature:
     """Compile one specialization into the object file ``obj_path`` exporting ``entry``
     (ahead-of-time libraries; no cache).  Returns its signature.  Always serial code
     (``parallel="none"``): an ahead-of-time library needs only libc and libm, no OpenMP
-    runtime."""
+    runtime.  On the CPU the hand-written kernels (SpGEMM, SDDMM, SpMM, A+B, MTTKRP/TTV:
+    ``fast_paths.serial_kernel``) come first, emitted serial; ``chosen`` (a dict, when given)
+    then gets ``kernel`` (their kind), ``fills_output`` (the kernel writes every entry of
+    its dense output; else the output must arrive zeroed) and ``guarded`` (the operands whose
+    coordinates it range-checks itself: ``check=True`` skips NumPy's check of them).
+    A sparsifier kernel with fused range checks gets only ``guarded``.  ``handwritten=False``:
+    the sparsifier's kernel (an AOT SpGEMM's form for huge dimensions)."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
     if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
         options = dataclasses.replace(options, parallel="none")
+        hand = fast_paths.serial_kernel(stmt, formats, dtypes, out_format) if handwritten else None
+        index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+        out_dtype = _result_dtype(stmt, dtypes).name
+        if hand is not None and hand[1] == index_order and out_dtype == dtypes[0]:
+            kind, _, mlir, fills, guarded = hand
+            sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out_dtype, out_format)
+            reply = compiler.compile_library(mlir, obj_path, target=targets.resolve(options), options=options,
+                                             what=f"'{stmt}' ({kind}, hand-written loops)", entry=entry,
+                                             object_only=True)
+            if len(reply["arg_types"]) != _expected_args(sig, formats):
+                raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
+                                    f"{len(reply['arg_types'])} arguments, the runtime expected "
+                                    f"{_expected_args(sig, formats)}")
+            if chosen is not None:
+                chosen.update(kernel=kind, fills_output=fills,
+                              guarded=sorted(guarded if guarded is not None else reply.get("guarded", ())))
+            return sig
 
     def build(split, via):
         mlir, sig = emit_kernel(stmt, fmts, dts, split=split, out_format=out_format, via=via)
@@ -282,6 +305,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
+        if chosen is not None and reply.get("guarded"):     # fused range checks (passes/guards.py)
+            chosen["guarded"] = sorted(reply["guarded"])
         return sig
     return _first_that_compiles(_attempts(stmt, formats, out_format), build)
 
@@ -307,12 +332,14 @@ def result_format_for(k, formats: list[Format], width: int) -> tuple[Format | No
 
 
 def loaded_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
-                          out_format: Format | None, lib, fn, path: str) -> dict:
-    """A kernel from an ahead-of-time library, keyed as ``Kernel.__call__`` looks it up."""
+                          out_format: Format | None, lib, fn, path: str, guarded: tuple[int, ...] = (),
+                          fills_output: bool = False) -> dict:
+    """A kernel from an ahead-of-time library, keyed as ``Kernel.__call__`` looks it up
+    (``guarded``, ``fills_output``: as the manifest records a hand-written kernel's)."""
     index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
     out = _result_dtype(stmt, dtypes)
     sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out.name, out_format)
-    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "")
+    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "", guarded=guarded, fills_output=fills_output)
     return {(formats, dtypes, out_format): comp}
 
 
