@@ -434,9 +434,8 @@ def test_masked_tails_read_nothing_past_the_operands_under_valgrind(tmp_path):
 def test_aot_spmm_overwrites_a_garbage_output(tmp_path):
     """An AOT library of SpMM called through its C wrapper with an output full of garbage:
     every entry overwritten (empty rows, an empty A and an X without rows too), and through
-    sc.aot.load.  (AOT libraries compile the sparsifier's kernel, serial, which fills its
-    output itself: runtime/specialization.py compile_specialization; the hand-written
-    kernels and their np.empty results are the JIT path's.)"""
+    sc.aot.load.  (AOT libraries get the hand-written SpMM, serial, which writes every
+    output entry: runtime/fast_paths.py serial_kernel; docs/aot.md.)"""
     import ctypes
     k = sc.compile(SPMM, "csr", "dense")
     path = sc.aot.build("advspmm", {"spmm": k}, str(tmp_path))
