@@ -313,3 +313,33 @@ def test_small_operands_on_the_repeated_call_path_leave_indices_to_the_kernel(in
     with pytest.raises(sc.OperandError, match="out of range|negative"):
         k(B, x)
     np.testing.assert_allclose(k(A, x), A @ x)
+
+
+CHILD_UNCHECKED = r"""
+import numpy as np, scipy.sparse as sp, sparsecc as sc
+rng = np.random.default_rng(3)
+A = sp.random_array((3000, 700), density=0.01, format="csr", rng=rng)
+A.indices[-1] = 700                                   # one past the last column
+for expr, ops in (("ij,j->i", (A, rng.random(700))), ("ij,jk->ik", (A, rng.random((700, 4))))):
+    k = sc.compile(expr, "csr", "dense", check=False)
+    for _ in range(2):                                # the general path, then the repeated-call one
+        try:
+            k(*ops)
+        except sc.OperandError as err:
+            print("ERROR", err)
+        else:
+            print("NO ERROR")
+"""
+
+
+def test_check_false_bad_index_says_the_kernel_found_it():
+    """With check=False the kernel's own range check still refuses a bad coordinate; the
+    message said '(its indices changed during the call?)', which misled: nothing was checked
+    before the call."""
+    r = subprocess.run([sys.executable, "-c", CHILD_UNCHECKED], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4, r.stdout
+    for line in lines:
+        assert line.startswith("ERROR") and "check=True" in line and "changed during the call" not in line, line

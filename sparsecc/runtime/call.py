@@ -460,7 +460,11 @@ def _failed(source: str, rc: int, defer):
     NumPy check's message for it; the caller has freed the sparse result the kernel
     returned); 1, out of memory (a sparse result the kernel was building is leaked)."""
     if rc == 2:
-        check_deferred(defer or [])
+        if defer is None:       # check=False: nothing was checked before the call
+            raise OperandError(f"sparsecc: an operand of '{source}' holds an index out of range (found by "
+                               f"the kernel's own range check; with check=True the operands are checked "
+                               f"before the call and the message names the operand and the index)")
+        check_deferred(defer)
         raise OperandError(f"sparsecc: an operand of '{source}' holds an index out of range "
                            f"(its indices changed during the call?)")
     _out_of_memory(source)
