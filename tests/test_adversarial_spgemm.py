@@ -105,3 +105,225 @@ def test_repeated_calls_alternating_across_the_bound(monkeypatch):
             C = k(A)
             _no_overflowing_positions(k, C)
             np.testing.assert_array_equal(_dense(C), want)
+
+
+# ------------------------------------------------------------------- SpGEMM's fill phase
+from sparsecc.runtime import threads as _threads      # noqa: E402
+
+SPGEMM_DTYPES = ["float64", "float32", "int32", "int64", "complex64", "complex128"]
+#: columns of the result that sit on the bitmap's word and summary-word boundaries
+_EDGE_COLS = (0, 1, 31, 32, 33, 62, 63, 64, 65, 127, 128, 4095, 4096, 4097)
+
+
+def _values(n, dtype, rng, *, overflow=False):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "i":
+        hi = np.iinfo(dtype).max // 2 if overflow else 9
+        return rng.integers(-hi, hi, n, endpoint=True).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    return rng.standard_normal(n).astype(dtype)
+
+
+def _rows_matrix(rows: list, shape, dtype, rng, *, overflow=False, duplicates=False, unsorted=False,
+                 widths=(np.int32, np.int32), zeros=False):
+    """CSR from a list of column lists (one per row), built buffer by buffer (no SciPy
+    coalescing): duplicates and unsorted rows as given."""
+    m, n = shape
+    cols = []
+    for r in rows:
+        c = np.asarray(sorted(set(int(x) for x in r if 0 <= x < n)), np.int64)
+        if duplicates and c.size:
+            c = np.concatenate([c, rng.choice(c, min(3, c.size))])
+        if unsorted or duplicates:
+            c = rng.permutation(c)
+        cols.append(c)
+    indptr = np.concatenate([[0], np.cumsum([c.size for c in cols])]).astype(widths[0])
+    indices = (np.concatenate(cols) if cols else np.zeros(0, np.int64)).astype(widths[1])
+    data = _values(indices.size, dtype, rng, overflow=overflow)
+    if zeros and data.size:
+        data[rng.integers(0, data.size, max(1, data.size // 8))] = 0      # explicit zeros: stored
+    a = sp.csr_array((data, indices, indptr), shape=shape)
+    if duplicates or unsorted:
+        a.has_canonical_format = False
+        a.has_sorted_indices = False
+    return a
+
+
+def _hostile_rows(m, n, rng):
+    """Rows of a hostile kind each: empty, full, one entry, the boundary columns, n - 1,
+    exactly 32 / 33 entries, random of any length."""
+    out = []
+    for _ in range(m):
+        kind = rng.integers(0, 8)
+        if kind == 0 or n == 0:
+            out.append([])
+        elif kind == 1:
+            out.append(range(n))
+        elif kind == 2:
+            out.append([n - 1])
+        elif kind == 3:
+            out.append([c for c in _EDGE_COLS if c < n] + [n - 1])
+        elif kind in (4, 5):
+            want = 32 + (kind == 5)
+            out.append(rng.choice(n, min(n, want), replace=False))
+        else:
+            out.append(rng.choice(n, rng.integers(0, min(n, 80) + 1), replace=False))
+    return out
+
+
+def _structural(A, B):
+    """The structural product's pattern (every pair of stored entries sharing k: entries
+    that cancel to 0 included), rows sorted."""
+    A1, B1 = sp.csr_array(A, copy=True), sp.csr_array(B, copy=True)
+    for x in (A1, B1):
+        x.sum_duplicates()
+        x.data = np.ones(x.data.size, np.int64)
+    S = sp.csr_array(A1 @ B1)
+    S.sort_indices()
+    return S
+
+
+def _check_spgemm(C, A, B, dtype):
+    S = _structural(A, B)
+    assert C.format == "csr" and C.shape == S.shape
+    np.testing.assert_array_equal(np.asarray(C.indptr, np.int64), S.indptr)
+    np.testing.assert_array_equal(np.asarray(C.indices, np.int64), S.indices)
+    want = A.toarray() @ B.toarray()
+    got = C.toarray()
+    assert got.dtype == want.dtype == np.dtype(dtype)
+    if want.dtype.kind == "i":
+        np.testing.assert_array_equal(got, want)          # wraps as NumPy's integers wrap
+    else:
+        tol = 1e-4 if want.dtype in (np.float32, np.complex64) else 1e-11
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * (1 + np.abs(want).max(initial=0)))
+
+
+_SPGEMM_SHAPES = [(7, 9, 1), (9, 5, 63), (9, 7, 64), (11, 8, 65), (10, 12, 130), (6, 30, 4097),
+                  (5, 40, 8200), (4, 0, 70), (0, 5, 70), (6, 6, 0), (1, 1, 1), (40, 70, 300)]
+
+
+def _spgemm_case(case: int):
+    rng = np.random.default_rng(seed("spgemm", case))
+    m, kk, n = _SPGEMM_SHAPES[case % len(_SPGEMM_SHAPES)]
+    dtype = SPGEMM_DTYPES[rng.integers(len(SPGEMM_DTYPES))]
+    wa = (np.int32, np.int64)[rng.integers(2)], (np.int32, np.int64)[rng.integers(2)]
+    wb = (np.int32, np.int64)[rng.integers(2)], (np.int32, np.int64)[rng.integers(2)]
+    overflow = dtype.startswith("int") and rng.random() < 0.5
+    mode = rng.integers(0, 4)     # 0: canonical, 1: duplicates, 2: unsorted, 3: explicit zeros
+    A = _rows_matrix(_hostile_rows(m, kk, rng), (m, kk), dtype, rng, overflow=overflow, widths=wa,
+                     duplicates=mode == 1, unsorted=mode == 2, zeros=mode == 3)
+    B = _rows_matrix(_hostile_rows(kk, n, rng), (kk, n), dtype, rng, overflow=overflow, widths=wb,
+                     duplicates=mode == 1, unsorted=mode == 2, zeros=mode == 3)
+    return A, B, dtype
+
+
+def _run_spgemm_cases(cases):
+    _threads.set_min_parallel_work(0)
+    for case in cases:
+        A, B, dtype = _spgemm_case(case)
+        a0 = [x.copy() for x in (A.indptr, A.indices, A.data, B.indptr, B.indices, B.data)]
+        got = []
+        k = sc.compile("ik,kj->ij")
+        for t in (1, 2):
+            sc.set_num_threads(t)
+            got.append(k(A, B))
+            # the hand-written kernel (a huge dimension keeps the sparsifier's)
+            assert ("linalg.generic" not in k.ir()) or B.shape[1] > 30 * (A.nnz + B.nnz) + 4096
+        one, two = got
+        for x, y in ((one.indptr, two.indptr), (one.indices, two.indices), (one.data, two.data)):
+            assert x.tobytes() == y.tobytes(), f"case {case}: 1 and 2 threads differ"
+        try:
+            _check_spgemm(one, A, B, dtype)
+        except AssertionError as e:
+            raise AssertionError(f"case {case} ({A.shape} x {B.shape}, {dtype}, "
+                                 f"{A.indptr.dtype}/{A.indices.dtype} x {B.indptr.dtype}/{B.indices.dtype}): {e}")
+        for x, x0 in zip((A.indptr, A.indices, A.data, B.indptr, B.indices, B.data), a0):
+            np.testing.assert_array_equal(x, x0)          # nothing the user passed is modified
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_differential_driver():
+    _run_spgemm_cases(range(12))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_differential_driver_slow():
+    _run_spgemm_cases(range(12, 300))
+
+
+def _bits(C):
+    return (np.asarray(C.indptr).tobytes(), np.asarray(C.indices).tobytes(), np.asarray(C.data).tobytes())
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_thread_count_changes_between_calls_and_serial_kernel():
+    """The non-temporal stores are chosen per call from the team's size: the thread count
+    changed between calls of one kernel (general and repeated-call paths), a kernel compiled
+    with parallel='none', all give the same bits and SciPy's values."""
+    rng = np.random.default_rng(seed("threads-between"))
+    A = _rows_matrix(_hostile_rows(300, 200, rng), (300, 200), "float64", rng)
+    B = _rows_matrix(_hostile_rows(200, 700, rng), (200, 700), "float64", rng)
+    _threads.set_min_parallel_work(0)
+    k = sc.compile("ik,kj->ij")
+    serial = sc.compile("ik,kj->ij", options=sc.Options(parallel="none"))
+    ref = None
+    for t in (1, 2, 1, 2, 2, 1):
+        sc.set_num_threads(t)
+        for C in (k(A, B), serial(A, B)):
+            if ref is None:
+                _check_spgemm(C, A, B, "float64")
+                ref = _bits(C)
+            assert _bits(C) == ref
+    assert "scf.parallel" not in serial.ir() and "linalg.generic" not in serial.ir()
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_concurrent_calls_from_python_threads():
+    """Two Python threads calling one kernel at once (two OpenMP root threads, each with its
+    own team and workspaces): every result is the single-call result."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(seed("concurrent"))
+    A = _rows_matrix(_hostile_rows(200, 150, rng), (200, 150), "complex128", rng)
+    B = _rows_matrix(_hostile_rows(150, 500, rng), (150, 500), "complex128", rng)
+    _threads.set_min_parallel_work(0)
+    sc.set_num_threads(2)
+    k = sc.compile("ik,kj->ij")
+    want = _bits(k(A, B))
+    with ThreadPoolExecutor(2) as pool:
+        for got in pool.map(lambda _: _bits(k(A, B)), range(16)):
+            assert got == want
+    _check_spgemm(k(A, B), A, B, "complex128")
+
+
+@pytest.mark.parametrize("kind", ["csc_a", "csc_b", "bool", "mixed_dtypes", "huge", "empty_a", "empty_b"])
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_neighbours_of_the_hand_written_kernel(kind):
+    """Calls next to the hand-written kernel's route (CSC operands, bool, mixed dtypes, a
+    huge dimension, empty operands): SciPy's values and the structural pattern."""
+    rng = np.random.default_rng(seed("neighbours", kind))
+    m, kk, n = 40, 30, 5_000_000 if kind == "huge" else 90
+    dt = {"bool": "float64", "mixed_dtypes": "float32"}.get(kind, "float64")
+    A = _rows_matrix(_hostile_rows(m, kk, rng) if kind != "empty_a" else [[]] * m, (m, kk), dt, rng)
+    Brows = _hostile_rows(kk, min(n, 300), rng) if kind != "empty_b" else [[]] * kk
+    if kind == "huge":
+        Brows = [[c * 16_000 + 7 for c in r] for r in Brows]
+    B = _rows_matrix(Brows, (kk, n), "float64", rng)
+    if kind == "bool":
+        A, B = A.astype(bool), B.astype(bool)
+    if kind == "csc_a":
+        A = sp.csc_array(A)
+    if kind == "csc_b":
+        B = sp.csc_array(B)
+    _threads.set_min_parallel_work(0)
+    for t in (1, 2):
+        sc.set_num_threads(t)
+        C = sp.csr_array(sc.einsum("ik,kj->ij", A, B))
+        C.sort_indices()
+        S = _structural(sp.csr_array(A), sp.csr_array(B))
+        np.testing.assert_array_equal(np.asarray(C.indptr, np.int64), S.indptr)
+        np.testing.assert_array_equal(np.asarray(C.indices, np.int64), S.indices)
+        want = (sp.csr_array(A) @ sp.csr_array(B))
+        assert C.dtype == want.dtype
+        np.testing.assert_allclose((C - want).data if C.dtype != bool else 0, 0, atol=1e-5)
