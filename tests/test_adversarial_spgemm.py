@@ -327,3 +327,110 @@ def test_spgemm_neighbours_of_the_hand_written_kernel(kind):
         want = (sp.csr_array(A) @ sp.csr_array(B))
         assert C.dtype == want.dtype
         np.testing.assert_allclose((C - want).data if C.dtype != bool else 0, 0, atol=1e-5)
+
+
+BAD_CHILD = r"""
+import sys
+import numpy as np, scipy.sparse as sp
+import sparsecc as sc
+from sparsecc.runtime import threads
+which, nthreads = sys.argv[1], int(sys.argv[2])
+sc.set_num_threads(nthreads)
+threads.set_min_parallel_work(0)
+rng = np.random.default_rng(3)
+A = sp.random_array((60, 50), density=0.2, format="csr", random_state=1)
+B = sp.random_array((50, 70), density=0.2, format="csr", random_state=2)
+k = sc.compile("ik,kj->ij")
+good = k(A, B)                     # the plan (and the repeated-call path) made first
+X = A if which.startswith("A") else B
+X = X.copy()
+bad = {"A_big": 50, "A_neg": -1, "B_big": 70, "B_neg": -3, "A_last": 50, "B_last": 1 << 40}[which]
+at = X.nnz - 1 if which.endswith("last") else X.nnz // 2
+if bad >= 1 << 31:
+    X.indices = X.indices.astype(np.int64)
+X.indices[at] = bad
+args = (X, B) if which.startswith("A") else (A, X)
+for _ in range(2):                 # general path, then the repeated-call path
+    try:
+        k(*args)
+    except sc.SparseccError as e:
+        assert "indices" in str(e) or "coordinate" in str(e) or "range" in str(e), e
+    else:
+        raise SystemExit("no error for a coordinate out of range")
+assert (k(A, B) != good).nnz == 0
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("which", ["A_big", "A_neg", "B_big", "B_neg", "A_last", "B_last"])
+def test_spgemm_bad_coordinates_raise_in_a_subprocess(which, nthreads):
+    """A coordinate out of range in A (read two entries ahead by the prefetch, which loads
+    B's positions at it) or in B (the accumulator's and bitmap's index): a clear error with
+    check=True, on the general and the repeated-call path; a signal fails the test."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", BAD_CHILD, which, str(nthreads)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+
+
+COUNTING_MALLOC = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+/* counts malloc requests of a size in [counted_lo, counted_hi) */
+size_t counted_lo, counted_hi, counted;
+static void *(*real)(size_t);
+void *malloc(size_t n) {
+    if (!real) real = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    if (n >= counted_lo && n < counted_hi) __atomic_fetch_add(&counted, 1, __ATOMIC_RELAXED);
+    return real(n);
+}
+"""
+
+COUNT_CHILD = r"""
+import ctypes, os, sys
+import numpy as np, scipy.sparse as sp
+import sparsecc as sc
+from sparsecc.runtime import threads
+threads.set_min_parallel_work(0)
+sc.set_num_threads(int(sys.argv[1]))
+n = 123457
+rng = np.random.default_rng(5)
+def R(m, c, nnz):
+    return sp.csr_array((rng.random(nnz) + 0.5, (rng.integers(0, m, nnz), rng.integers(0, c, nnz))), shape=(m, c))
+A, B = R(20000, 3000, 30000), R(3000, n, 30000)
+k = sc.compile("ik,kj->ij")
+k(A, B)
+lib = ctypes.CDLL(os.environ["LD_PRELOAD"])
+lo, hi, count = (ctypes.c_size_t.in_dll(lib, x) for x in ("counted_lo", "counted_hi", "counted"))
+lo.value, hi.value = n * 8, n * 8 + 64     # a marker or accumulator of one row of C (not the team's)
+C = k(A, B)
+print("row-sized", count.value)
+S = A @ B
+assert C.nnz >= S.nnz and abs(C - S).max() < 1e-12
+"""
+
+
+def test_spgemm_team_larger_than_the_openmp_default_keeps_its_workspaces(tmp_path):
+    """``sc.set_num_threads`` above the CPUs (and libomp's ``omp_get_max_threads``): the team
+    has that many threads, and each needs its own marker, accumulator and bitmap.  Sized by
+    ``max(omp_get_max_threads, omp_get_num_procs)`` only, the extra threads took the fallback:
+    workspaces the size of a row of C allocated (and the marker initialised) for every row
+    they computed, O(n) per row (counted by a malloc wrapper: none may be allocated)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    cc = os.environ.get("CC") or shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler for the counting malloc")
+    (tmp_path / "count.c").write_text(COUNTING_MALLOC)
+    so = tmp_path / "libcount.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(so), str(tmp_path / "count.c"), "-ldl"], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(so))
+    r = subprocess.run([sys.executable, "-c", COUNT_CHILD, str(4 * max(2, os.cpu_count() or 2))],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "row-sized 0" in r.stdout, r.stdout
