@@ -434,3 +434,95 @@ def test_spgemm_team_larger_than_the_openmp_default_keeps_its_workspaces(tmp_pat
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "row-sized 0" in r.stdout, r.stdout
+
+
+# ----------------------------------------------------------- the guard's value prefetch
+def _guarded_operand(m, n, nnz, dtype, fmt, rng):
+    rows, cols = rng.integers(0, max(m, 1), nnz), rng.integers(0, max(n, 1), nnz)
+    v = rng.random(nnz) + 0.5
+    if np.dtype(dtype).kind == "c":
+        v = v + 1j * rng.standard_normal(nnz)
+    v = (v > 0.9) if np.dtype(dtype) == bool else v.astype(dtype)
+    a = sp.coo_array((v, (rows, cols)), shape=(m, n))
+    a.sum_duplicates()
+    return a.asformat(fmt)
+
+
+_GUARDED = [("ij,j->i", "csr", None), ("ij,j->i", "csc", None), ("ij,j->i", None, "dcsr"), ("ij,i->j", "csr", None)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["bool", "complex64", "int32", "float64"])
+@pytest.mark.usefixtures("restore_threads")
+def test_guarded_kernels_with_prefetched_values(dtype, threads):
+    """Kernels whose coordinates the block scan checks (and whose values it prefetches, one
+    per 64-byte line: 64 bools, 8 complex64 per line), every value dtype, no stored entry
+    (a zero-size value buffer), one, a block's worth and a row longer than a block."""
+    from sparsecc.passes import guards
+    rng = np.random.default_rng(seed("guards", dtype, threads))
+    _threads.set_min_parallel_work(0)
+    sc.set_num_threads(threads)
+    for expr, layout, fmt in _GUARDED:
+        k = sc.compile(expr, fmt, None)
+        for m, n, nnz in ((300, 200, 0), (300, 200, 1), (2000, 900, 3 * guards.COST), (3, guards.COST * 3, 2 * guards.COST)):
+            A = _guarded_operand(m, n, nnz, dtype, layout or "csr", rng)
+            x = _guarded_operand(1, A.shape[1] if expr == "ij,j->i" else A.shape[0], 10**6, dtype, "csr", rng).toarray()[0]
+            got = k(A, x)
+            want = np.einsum(expr, A.toarray(), x)
+            assert got.dtype == want.dtype
+            if want.dtype.kind in "bi":
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "complex64" else 1e-12, atol=1e-3)
+            if nnz and expr == "ij,j->i" and layout == "csr":
+                assert k._last.guarded, "the CSR SpMV's coordinates are no longer checked in the kernel"
+
+
+GUARD_BAD_CHILD = r"""
+import sys
+import numpy as np, scipy.sparse as sp
+import sparsecc as sc
+from sparsecc.runtime import threads
+dtype, nthreads = sys.argv[1], int(sys.argv[2])
+sc.set_num_threads(nthreads)
+threads.set_min_parallel_work(0)
+rng = np.random.default_rng(4)
+for m, n, nnz in ((3000, 500, 40000), (2, 20000, 19000)):
+    A = sp.random_array((m, n), density=nnz / (m * n), format="csr", random_state=5).astype(dtype)
+    x = np.ones(n, dtype)
+    for where in (A.nnz - 1, 0, A.nnz // 2):
+        for bad in (n, -1, 1 << 30):
+            B = A.copy()
+            B.indices[where] = bad
+            try:
+                sc.einsum("ij,j->i", B, x)
+            except sc.OperandError:
+                pass
+            else:
+                raise SystemExit(f"no error: {dtype} {m}x{n} entry {where} = {bad}")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["bool", "complex64"])
+def test_guarded_bad_coordinates_with_prefetched_values_in_a_subprocess(dtype, threads):
+    """A bad coordinate in the last block, the first, the middle, of a guarded SpMV with 1-
+    and 8-byte values (the prefetch loop's line stride differs): OperandError, no signal."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", GUARD_BAD_CHILD, dtype, str(threads)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+
+
+@pytest.mark.parametrize("element,per_line", [("i8", 64), ("f32", 16), ("f64", 8), ("i64", 8),
+                                              ("complex<f32>", 8), ("complex<f64>", 4)])
+def test_the_scan_prefetches_one_value_per_cache_line(element, per_line):
+    """The scan's prefetch loop steps one 64-byte line of values: a complex64 is 8 bytes (its
+    two f32 parts), not the 16 assumed for every type without a width (which prefetched
+    each line of complex64 values twice)."""
+    from mlir import ir
+    from sparsecc.passes import guards
+    with ir.Context():
+        assert guards.elements_per_line(ir.Type.parse(element)) == per_line
