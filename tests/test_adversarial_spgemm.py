@@ -526,3 +526,97 @@ def test_the_scan_prefetches_one_value_per_cache_line(element, per_line):
     from sparsecc.passes import guards
     with ir.Context():
         assert guards.elements_per_line(ir.Type.parse(element)) == per_line
+
+
+_OPS_CASES = {
+    "index_select_repeats": (lambda A: sc.ops.index_select(A, 0, np.zeros(40, np.int64)),
+                             lambda D: D[np.zeros(40, np.int64)]),
+    "add_transpose": (lambda A: sc.ops.add(A, sc.ops.transpose(A, 0, 1)), lambda D: D + D.T),
+    "mul_self": (lambda A: sc.ops.mul(A, A), lambda D: D * D),
+    "mm_self": (lambda A: sc.ops.mm(A, A), lambda D: D @ D),
+    "sspaddmm": (lambda A: sc.ops.sspaddmm(A, A, A), lambda D: D + D @ D),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OPS_CASES))
+def test_op_library_results_never_overflow_32_bit_positions(case, monkeypatch):
+    """The op library's kernels (gathers by a selection matrix with repeated rows, unions of
+    an operand with its own transpose, products of an operand with itself): a result that
+    stores more than POS32_MAX entries has 64-bit positions."""
+    A = sp.csr_array(np.triu(np.arange(1.0, 65.0).reshape(8, 8), 1) + np.eye(8)[::-1])
+    op, oracle = _OPS_CASES[case]
+    want = oracle(A.toarray())
+    stored = int(np.count_nonzero(want))
+    for limit in sorted({max(stored - 1, 1), stored}):
+        if limit >= want.size:
+            continue
+        monkeypatch.setattr(kernel_mod, "POS32_MAX", limit)
+        C = op(A)
+        if sp.issparse(C):
+            assert not (C.nnz > limit and np.asarray(getattr(C, "indptr", np.zeros(0, np.int64))).dtype == np.int32
+                        and C.format in ("csr", "csc")), (C.nnz, limit)
+        np.testing.assert_allclose(_dense(C), want, rtol=1e-12)
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_differential_driver_with_64_bit_result_positions(monkeypatch):
+    """The same hostile cases with POS32_MAX made small: results with 64-bit positions and
+    32-bit coordinates (the prefix sum and the row starts in 64 bits)."""
+    monkeypatch.setattr(kernel_mod, "POS32_MAX", 40)
+    _run_spgemm_cases(range(300, 306))
+
+
+VALGRIND_SPGEMM = r"""
+import sys
+import numpy as np, scipy.sparse as sp
+import sparsecc as sc
+from sparsecc.runtime import threads
+sys.path.insert(0, "tests")
+from test_adversarial_spgemm import _rows_matrix, _hostile_rows, _check_spgemm
+opts = sc.Options(cpu="x86-64-v3")      # AVX2: valgrind decodes no AVX-512
+threads.set_min_parallel_work(0)
+rng = np.random.default_rng(0)
+
+def exact(a):                            # exact-size heap blocks: a read past their end shows
+    def own(x):
+        y = np.empty(x.size * x.itemsize, np.uint8).view(x.dtype)
+        y[...] = x
+        return y
+    return sp.csr_array((own(a.data), own(a.indices), own(a.indptr)), shape=a.shape)
+
+k = sc.compile("ik,kj->ij", options=opts)
+for t in (1, 2):
+    sc.set_num_threads(t)
+    for dtype in ("float64", "complex64", "int32"):
+        for (m, kk, n) in ((3, 4, 1), (5, 6, 63), (5, 6, 64), (6, 5, 65), (4, 40, 4097), (3, 3, 0)):
+            A = exact(_rows_matrix(_hostile_rows(m, kk, rng), (m, kk), dtype, rng))
+            B = exact(_rows_matrix(_hostile_rows(kk, n, rng), (kk, n), dtype, rng))
+            _check_spgemm(k(A, B), A, B, dtype)
+print("done")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux") or not __import__("shutil").which("valgrind"),
+                    reason="needs valgrind")
+def test_spgemm_reads_nothing_outside_its_buffers_under_valgrind(tmp_path):
+    """SpGEMM's bitmap, prefetch (two entries ahead, clamped) and value gathers on operands in
+    exact-size heap blocks, 1 and 2 threads: memcheck finds no invalid or uninitialised
+    access by a kernel."""
+    import os
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONMALLOC="malloc")
+    warm = subprocess.run([sys.executable, "-c", VALGRIND_SPGEMM], capture_output=True, text=True, cwd=root,
+                          env=env, timeout=900)      # compile outside valgrind
+    assert warm.stdout.strip() == "done", warm.stderr[-2000:]
+    log = tmp_path / "vg.log"
+    r = subprocess.run(["valgrind", "-q", f"--log-file={log}", sys.executable, "-c", VALGRIND_SPGEMM],
+                       capture_output=True, text=True, cwd=root, env=env, timeout=1800)
+    assert r.stdout.strip() == "done", (r.returncode, r.stderr[-2000:])
+    cache = os.environ["SPARSECC_CACHE_DIR"]
+    blocks = re.split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())
+    ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
+    assert not ours, ours[0]
