@@ -620,3 +620,21 @@ def test_spgemm_reads_nothing_outside_its_buffers_under_valgrind(tmp_path):
     blocks = re.split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())
     ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
     assert not ours, ours[0]
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_spgemm_repeated_calls_alternating_across_the_bound(monkeypatch):
+    """SpGEMM (the hand-written kernel) on the repeated-call path, products whose exact count
+    lies below, then above POS32_MAX, alternating: each result's positions are wide enough."""
+    rng = np.random.default_rng(seed("spgemm-alternating"))
+    small = (_rows_matrix([[0], [1], [], [2]], (4, 3), "float64", rng),
+             _rows_matrix([[0, 1], [2], [3]], (3, 5), "float64", rng))
+    big = (_rows_matrix([[0, 1, 2]] * 4, (4, 3), "float64", rng),
+           _rows_matrix([range(5)] * 3, (3, 5), "float64", rng))
+    monkeypatch.setattr(kernel_mod, "POS32_MAX", 12)            # small: 4 stored, big: 20
+    k = sc.compile("ik,kj->ij")
+    for _ in range(3):
+        for A, B in (small, big):
+            C = k(A, B)
+            _no_overflowing_positions(k, C)
+            _check_spgemm(C, A, B, "float64")
