@@ -790,6 +790,8 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     fa = next(f for op, f in formats.items() if plan.role(op) == "A")
     fb = next(f for op, f in formats.items() if plan.role(op) == "B")
     decl, head = _header(plan, formats, out, dtype, parallel)
+    if parallel:    # the thread count sc.set_num_threads writes (passes/rewrites.py thread_count)
+        decl.append("llvm.mlir.global external @sparsecc_num_threads(1 : i32) {addr_space = 0 : i32} : i32")
     decl += _row_functions(plan, fa, fb, out, dtype)
     pa, ca, pb, cb = (_ity(fa.pos_width), _ity(fa.crd_width), _ity(fb.pos_width), _ity(fb.crd_width))
     pw, cw = out.pos_width, out.crd_width
@@ -800,9 +802,14 @@ def spgemm(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool) -
     m, n = f"%size_{plan.i}", f"%size_{plan.j}"
     m1 = t.op(f"arith.addi {m}, %c1 : index")
     if parallel:    # one marker and accumulator per thread
+        # the team: sc.set_num_threads's count (the library's global, which the row loops'
+        # num_threads reads: passes/rewrites.py thread_count), which may exceed libomp's
+        # default; a thread past the workspaces allocated its own for every row (O(n) each)
         a1 = t.op("func.call @omp_get_max_threads() : () -> i32")
         a2 = t.op("func.call @omp_get_num_procs() : () -> i32")
-        a3 = t.op(f"arith.maxsi {a1}, {a2} : i32")
+        g = t.op("llvm.mlir.addressof @sparsecc_num_threads : !llvm.ptr")
+        a0 = t.op(f"llvm.load {g} : !llvm.ptr -> i32")
+        a3 = t.op(f"arith.maxsi {t.op(f'arith.maxsi {a1}, {a2} : i32')}, {a0} : i32")
         a4 = t.op(f"arith.index_cast {a3} : i32 to index")
         nt = t.op(f"arith.maxsi {a4}, %c1 : index")
     else:

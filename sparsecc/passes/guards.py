@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from .rewrites import InternalError, _slots
 
-VERSION = "guard_coordinates 7 (blocks of equal rows + entries, the scan prefetches the values)"
+VERSION = "guard_coordinates 8 (blocks of equal rows + entries, the scan prefetches the values, a line each)"
 #: the function, defined by the checked entry, that returns this call's flag
 FLAG_FUNCTION = "sparsecc_index_flag"
 #: a kernel function's attribute (``array<i64: ...>``): the coordinate arguments it
@@ -346,6 +346,20 @@ def _streams(F, guards, block, top) -> list:
     return out
 
 
+def elements_per_line(element) -> int:
+    """Elements of MLIR type ``element`` in a 64-byte cache line (a complex number: two of its
+    parts; a type of unknown size: 16 bytes)."""
+    from mlir import ir
+    element = element.maybe_downcast() if hasattr(element, "maybe_downcast") else element
+    if isinstance(element, ir.ComplexType):
+        part = element.element_type
+        part = part.maybe_downcast() if hasattr(part, "maybe_downcast") else part
+        bits = 2 * getattr(part, "width", 64)
+    else:
+        bits = getattr(element, "width", 128)
+    return max(1, 512 // max(8, bits))
+
+
 def _scan(crd, chain, plo, phi, streams, zero, one):
     """The unsigned max of ``crd[plo .. phi]`` after the cast ``chain``, after a loop of
     software prefetches of every cache line of ``streams[plo .. phi]`` (the scan itself stays
@@ -367,9 +381,7 @@ def _scan(crd, chain, plo, phi, streams, zero, one):
         return loop.results[0]
 
     for mem in streams:
-        element = ir.MemRefType(mem.type).element_type
-        element = element.maybe_downcast() if hasattr(element, "maybe_downcast") else element
-        per_line = max(1, 512 // max(8, getattr(element, "width", 128)))     # elements per 64-byte line
+        per_line = elements_per_line(ir.MemRefType(mem.type).element_type)
         ahead = scf.ForOp(plo, phi, arith.constant(index, per_line))
         with ir.InsertionPoint(ahead.body):
             memref.PrefetchOp(mem, [ahead.induction_variable], False, 3, True)   # read, all levels, data

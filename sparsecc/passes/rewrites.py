@@ -277,9 +277,14 @@ def thread_count(module) -> int:
     i32, i64, index = (ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.IndexType.get())
     ptr = ir.Type.parse("!llvm.ptr")
     body = module.body
+    # (a hand-written kernel may define sparsecc_num_threads itself: it sizes per-thread
+    # workspaces by it, dialect/handwritten.py spgemm)
+    defined = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in body.operations
+               if op.operation.name == "llvm.mlir.global"}
     with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
-        llvm.GlobalOp(i32, "sparsecc_num_threads", ir.Attribute.parse("#llvm.linkage<external>"),
-                      value=ir.IntegerAttr.get(i32, 1), addr_space=0)
+        if "sparsecc_num_threads" not in defined:
+            llvm.GlobalOp(i32, "sparsecc_num_threads", ir.Attribute.parse("#llvm.linkage<external>"),
+                          value=ir.IntegerAttr.get(i32, 1), addr_space=0)
         llvm.GlobalOp(i64, "sparsecc_min_parallel_work", ir.Attribute.parse("#llvm.linkage<external>"),
                       value=ir.IntegerAttr.get(i64, MIN_PARALLEL_WORK), addr_space=0)
     for par in regions:

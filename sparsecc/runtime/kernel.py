@@ -42,10 +42,12 @@ def bound_rule(stmt: Statement) -> tuple | None:
     """How a call of ``stmt`` bounds its result's stored entries before the kernel runs
     (:func:`entries_bound`), or None (only the product of the result's dimensions does).
 
-    * ``("union",)``: element-wise ``+``, ``-``, ``*`` (and negation, scaling by a 0-d
+    * ``("union", ops)``: element-wise ``+``, ``-``, ``*`` (and negation, scaling by a 0-d
       operand or a constant) of operands indexed by exactly the result's indices: the
-      result's pattern is within the union of the operands' patterns, so it stores at most
-      their stored entries summed (a dense operand counts all its elements);
+      result's pattern is within the union of the accesses' patterns, so it stores at most
+      their stored entries summed, one term per access (``ops``: the operand position of
+      each; ``A[i,j] + A[j,i]`` reads A twice, and its union stores up to twice A's entries;
+      a dense operand counts all its elements);
     * ``("product", x, y, xk, yk)``: ``sum[k](X * Y)`` of two operands (positions ``x``,
       ``y`` in the operand order; ``xk``/``yk``: where ``k`` is in each access), X indexed by
       one result index and ``k``, Y by the other and ``k``: each stored entry comes from at
@@ -83,7 +85,7 @@ def bound_rule(stmt: Statement) -> tuple | None:
 
     e = stmt.expr
     if len(out) >= 1 and elementwise(e):
-        return ("union",)
+        return ("union", tuple(names[a.tensor] for a in accesses(e) if len(a.indices) == len(out)))
     if len(out) >= 1 and masks(e):
         return ("mask", tuple(masks(e)))
     if (len(out) == 2 and isinstance(e, Reduce) and e.op == "sum" and len(e.indices) == 1
@@ -120,7 +122,7 @@ def entries_bound(rule: tuple, values, counts, total: int) -> int:
     slice along ``k`` (or the reverse); then, for a CSR/CSC X with its ``k`` in ``indices``
     and Y compressed along ``k``, the exact count of products (O(nnz(X)))."""
     if rule[0] == "union":
-        return min(total, sum(counts))
+        return min(total, sum(counts[o] for o in rule[1]))
     if rule[0] == "mask":
         return min(total, min(counts[o] for o in rule[1]))
     _, x, y, xk, yk = rule
