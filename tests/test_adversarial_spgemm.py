@@ -69,7 +69,8 @@ _BOUND_CASES = {
 
 
 #: every case into CSR; the repeated operand into every format (the default run stays short)
-_BOUND_PARAMS = ([(c, "csr") for c in sorted(_BOUND_CASES) if c != "three_d"] + [("three_d", "coo")]
+_BOUND_PARAMS = ([(c, "csr") for c in sorted(_BOUND_CASES) if c != "three_d"]
+                 + [pytest.param("three_d", "coo", marks=pytest.mark.slow)]        # 20 s of compiles
                  + [(c, f) for c in ("a_plus_a_t", "product") for f in ("coo", "dcsr", "csc")])
 
 
