@@ -34,7 +34,7 @@ from .operands import (_INDEX, INT32_MAX, aos_like, as_operand, coo_aos, default
 from .results import release, result_view, wrap
 from .specialization import (HUGE_FACTOR, HUGE_SLACK, Compiled, _check_blocks, _for_sparse_result, _result_dtype,
                              _without_coiterated_blocks, gpu_formats, huge_dimension, sparse_result_orders, specialize)
-from .validate import SMALL, check_deferred, small_compressed_ok_typed, check_widths, known_orders, validate
+from .validate import SMALL, check_deferred, small_compressed_ok_typed, compressed_structure_ok_typed, check_widths, known_orders, validate
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -524,7 +524,7 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
     fills = getattr(plan.comp, "fills_output", False)      # the kernel writes every output entry
     from . import kernel as _kmod
     namespace = {"_MISS": _MISS, "_kmod": _kmod, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
-                 "_small_ok": small_compressed_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed, "_release": release,
+                 "_small_ok": small_compressed_ok_typed, "_structure_ok": compressed_structure_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed, "_release": release,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
                  "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
                  "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
@@ -608,8 +608,12 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
         if load is load_compressed and r == 2:
             outer, inner = (dk[fmt.order[0]], dk[fmt.order[1]])
             # (validate's own check over Python lists where it takes them, else validate)
-            checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}, {k in plan.guarded}):",
-                       f"    _validate({a}, _W{k}, defer, {k})"]
+            if k in plan.guarded:       # the kernel range-checks the indices: the structure only
+                checks += [f"if not _structure_ok({p}, {i}, {v}, {outer}):",
+                           f"    _validate({a}, _W{k}, defer, {k})"]
+            else:                       # (validate's own check over Python lists where it takes them)
+                checks += [f"if {i}.size > _SMALL or not _small_ok({p}, {i}, {v}, {outer}, {inner}, False):",
+                           f"    _validate({a}, _W{k}, defer, {k})"]
         else:
             checks.append(f"_validate({a}, _W{k})")
         after += [f"if not {a}.has_canonical_format:", "    return _MISS",
