@@ -404,7 +404,7 @@ def test_same_new_kernel_from_eight_threads_compiles_once(fresh):
 def test_native_code_runs_without_the_gil():
     rng = np.random.default_rng(7)
     M = sp.random_array((4000, 4000), density=0.05, format="csr", rng=rng)
-    D = rng.random((4000, 300))
+    D = rng.random((4000, 1000))                  # (300 columns: 45 ms with the hand-written SpMM, too brief)
     k = sc.compile("ij,jk->ik", "csr", "dense")
     k(M[:10], D)                                   # compiled and loaded beforehand
     count, gaps, stop = [0], [], threading.Event()
