@@ -291,22 +291,35 @@ def _scan_mlir(types: tuple[str, ...], strides: tuple[int, ...]) -> str:
     for d in range(r):
         body += [f"    %a{d} = memref.load %c{d}[%i] : {mt[d]}", f"    %p{d} = memref.load %c{d}[%im1] : {mt[d]}",
                  f"    %in{d} = arith.cmpi ult, %a{d}, %u{d} : i32"]
+    ok = _in_range_and_increasing(body, r, "i32")
+    body.append(f"    scf.yield {ok}, %up1 : i1, i1")
+    return _scan_module(args, body)
+
+
+def _in_range_and_increasing(body: list, r: int, ty: str) -> str:
+    """The loop body's tail shared by both scans: the entry's in-range flags ``%in{d}``
+    and-ed into ``%ok`` (returns the last name), and ``%up1``: ``%up`` and the entry
+    ``%a*`` lexicographically greater than the previous ``%p*`` (compared in ``ty``)."""
     ok = "%ok"
     for d in range(r):
         body.append(f"    %ok{d} = arith.andi {ok}, %in{d} : i1")
         ok = f"%ok{d}"
-    body.append(f"    %g{r - 1} = arith.cmpi sgt, %a{r - 1}, %p{r - 1} : i32")
+    # greater than the previous entry, from the last dimension back to the first
+    body.append(f"    %g{r - 1} = arith.cmpi sgt, %a{r - 1}, %p{r - 1} : {ty}")
     for d in range(r - 2, -1, -1):
-        body += [f"    %gt{d} = arith.cmpi sgt, %a{d}, %p{d} : i32",
-                 f"    %eq{d} = arith.cmpi eq, %a{d}, %p{d} : i32",
+        body += [f"    %gt{d} = arith.cmpi sgt, %a{d}, %p{d} : {ty}",
+                 f"    %eq{d} = arith.cmpi eq, %a{d}, %p{d} : {ty}",
                  f"    %e{d} = arith.andi %eq{d}, %g{d + 1} : i1",
                  f"    %g{d} = arith.ori %gt{d}, %e{d} : i1"]
     body.append("    %up1 = arith.andi %up, %g0 : i1")
-    body.append(f"    scf.yield {ok}, %up1 : i1, i1")
-    body.append("  }")
-    body += ["  %f0 = arith.extui %res#0 : i1 to i64", "  %f1 = arith.extui %res#1 : i1 to i64",
-             "  memref.store %f0, %out[%z] : memref<2xi64>", "  memref.store %f1, %out[%one] : memref<2xi64>",
-             "  return"]
+    return ok
+
+
+def _scan_module(args: list, body: list) -> str:
+    """The scan's module: the loop (``%res``) closed, its two flags stored into ``%out``."""
+    body = body + ["  }", "  %f0 = arith.extui %res#0 : i1 to i64", "  %f1 = arith.extui %res#1 : i1 to i64",
+                   "  memref.store %f0, %out[%z] : memref<2xi64>", "  memref.store %f1, %out[%one] : memref<2xi64>",
+                   "  return"]
     return ("module {\n func.func @kernel(" + ", ".join(args) + ") attributes {llvm.emit_c_interface} {\n"
             + "\n".join(body) + "\n }\n}\n")
 
@@ -334,25 +347,9 @@ def _scan_mlir_carried(types: tuple[str, ...], strides: tuple[int, ...]) -> str:
             body.append(f"    %w{d} = memref.load %c{d}[%i] : {mt[d]}")
             body.append(f"    %a{d} = arith.extsi %w{d} : {t} to i64")
         body.append(f"    %in{d} = arith.cmpi ult, %a{d}, %u{d} : i64")      # negative: huge unsigned
-    ok = "%ok"
-    for d in range(r):
-        body.append(f"    %ok{d} = arith.andi {ok}, %in{d} : i1")
-        ok = f"%ok{d}"
-    # greater than the previous entry, from the last dimension back to the first
-    body.append(f"    %g{r - 1} = arith.cmpi sgt, %a{r - 1}, %p{r - 1} : i64")
-    for d in range(r - 2, -1, -1):
-        body += [f"    %gt{d} = arith.cmpi sgt, %a{d}, %p{d} : i64",
-                 f"    %eq{d} = arith.cmpi eq, %a{d}, %p{d} : i64",
-                 f"    %e{d} = arith.andi %eq{d}, %g{d + 1} : i1",
-                 f"    %g{d} = arith.ori %gt{d}, %e{d} : i1"]
-    body.append("    %up1 = arith.andi %up, %g0 : i1")
+    ok = _in_range_and_increasing(body, r, "i64")
     body.append(f"    scf.yield {ok}, %up1, {', '.join(f'%a{d}' for d in range(r))} : i1, i1{', i64' * r}")
-    body.append("  }")
-    body += ["  %f0 = arith.extui %res#0 : i1 to i64", "  %f1 = arith.extui %res#1 : i1 to i64",
-             "  memref.store %f0, %out[%z] : memref<2xi64>", "  memref.store %f1, %out[%one] : memref<2xi64>",
-             "  return"]
-    return ("module {\n func.func @kernel(" + ", ".join(args) + ") attributes {llvm.emit_c_interface} {\n"
-            + "\n".join(body) + "\n }\n}\n")
+    return _scan_module(args, body)
 
 
 _scan_modules: dict = {}
