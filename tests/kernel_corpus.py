@@ -1,0 +1,147 @@
+"""The hand-written kernels' golden corpus: specializations routed to ``sparsecc/dialect/kernels/``
+and the SHA-256 of the MLIR text each emits (parallel and serial), for given target facts.
+
+``tests/data/kernel_corpus.json`` maps each case (its text: the statement, the operands' formats and
+dtypes, the result format) to ``{"kind": ..., "parallel": sha, "serial": sha}``, emitted with the
+facts of an x86-64 Linux machine (:data:`FACTS`).  ``tests/test_kernel_corpus.py`` compares, so a
+change to any hand-written kernel's MLIR (and with it its disk-cache key) shows up.
+
+Regenerate, from the repository root, after an intended change: ``python tests/kernel_corpus.py``
+(review the diff: only the kernels you meant to change should move).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if __name__ == "__main__":     # this checkout's sparsecc, not an installed one
+    sys.path.insert(0, str(HERE.parent))
+CORPUS = HERE / "data" / "kernel_corpus.json"
+#: the target facts the corpus is emitted with (an x86-64 Linux machine: non-temporal stores, huge pages)
+FACTS = {"arch": "x86_64", "system": "linux"}
+
+_CSR = [("csr", 32, 32), ("csr", 64, 64), ("csr", 32, 64), ("csr", 64, 32)]
+
+
+def _cases() -> list[tuple]:
+    """``(source, text, formats, dtypes, out)``: ``source`` "einsum" or "notation"; each format
+    ``(preset, pos_width, crd_width)`` (``("dense", rank)`` for a dense operand); ``out`` likewise
+    or None (a dense result)."""
+    cases = []
+    d2 = ("dense", 2)
+    # SpGEMM: both operand orders, renamed indices, index widths, dtypes
+    for expr in ("ik,kj->ij", "kj,ik->ij", "ij,jk->ik"):
+        for dtype in ("float64", "float32", "int64", "int32", "complex128", "complex64"):
+            cases.append(("einsum", expr, (_CSR[0], _CSR[0]), (dtype,) * 2, _CSR[0]))
+    for fa, fb, fo in itertools.product(_CSR, _CSR[:2], _CSR[1:3]):
+        cases.append(("einsum", "ik,kj->ij", (fa, fb), ("float64",) * 2, fo))
+    # SDDMM: einsum (three factors) and notation (A outside the sum), transposed X / Y, operand orders
+    sddmm = ["ij,ik,jk->ij", "ij,ki,jk->ij", "ij,ik,kj->ij", "ij,ki,kj->ij", "ik,ij,jk->ij", "jk,ik,ij->ij"]
+    for expr in sddmm:
+        dense_at = [n for n, s in enumerate(expr.split("->")[0].split(",")) if s != "ij"]
+        fmts = tuple(d2 if n in dense_at else _CSR[0] for n in range(3))
+        for dtype in ("float64", "float32", "int64", "int32", "complex128"):
+            cases.append(("einsum", expr, fmts, (dtype,) * 3, _CSR[0]))
+    for f, o in ((_CSR[1], _CSR[1]), (_CSR[2], _CSR[3]), (_CSR[3], _CSR[2])):
+        cases.append(("einsum", "ij,ik,jk->ij", (f, d2, d2), ("float64",) * 3, o))
+    for text, fmts in (("C[i,j] = A[i,j] * sum[k](X[i,k] * Y[j,k])", (_CSR[0], d2, d2)),
+                       ("C[i,j] = sum[k](X[k,i] * Y[j,k]) * A[i,j]", (d2, d2, _CSR[0]))):
+        for dtype in ("float64", "int64"):
+            cases.append(("notation", text, fmts, (dtype,) * 3, _CSR[0]))
+    # SpMM: either operand order, renamed indices, widths, float32/float64
+    for expr, fmts in (("ik,kj->ij", (None, d2)), ("kj,ik->ij", (d2, None)), ("ij,jk->ik", (None, d2))):
+        for f in _CSR:
+            for dtype in ("float64", "float32"):
+                cases.append(("einsum", expr, tuple(f if x is None else x for x in fmts), (dtype,) * 2, None))
+    # MTTKRP / TTV over a 3-D COO (SoA and AoS), transposed factors and results, dtypes
+    for layout in ("coo", "aos"):
+        for w in (32, 64):
+            a = (layout, w, w)
+            for expr in ("ijk,jr,kr->ir", "ijk,rj,kr->ir", "ijk,jr,rk->ir", "ijk,jr,kr->ri", "jr,ijk,kr->ir"):
+                for dtype in ("float64", "float32", "int64", "int32"):
+                    fmts = tuple(a if len(s) == 3 else d2 for s in expr.split("->")[0].split(","))
+                    cases.append(("einsum", expr, fmts, (dtype,) * 3, None))
+            for expr in ("ijk,k->ij", "ijk,k->ji", "k,ijk->ij"):
+                for dtype in ("float64", "int32"):
+                    fmts = tuple(a if len(s) == 3 else ("dense", 1) for s in expr.split("->")[0].split(","))
+                    cases.append(("einsum", expr, fmts, (dtype,) * 2, None))
+    # unions: A + B, A - B, scaled terms; CSR and CSC; widths; dtypes
+    for text, scal in (("C[i,j] = A[i,j] + B[i,j]", 0), ("C[i,j] = A[i,j] - B[i,j]", 0),
+                       ("C[i,j] = a*A[i,j] - B[i,j]*b", 2), ("C[i,j] = A[i,j]*a + b*B[i,j]", 2)):
+        for preset in ("csr", "csc"):
+            for dtype in ("float64", "float32", "int64", "complex128"):
+                f = (preset, 32, 32)
+                order = {"C[i,j] = a*A[i,j] - B[i,j]*b": "aABb", "C[i,j] = A[i,j]*a + b*B[i,j]": "AabB"}
+                names = order.get(text, "AB")
+                fmts = tuple(("dense", 0) if c in "ab" else f for c in names)
+                cases.append(("notation", text, fmts, (dtype,) * len(names), f))
+        cases.append(("notation", text.replace("a*", "").replace("*b", "").replace("*a", "").replace("b*", ""),
+                      (("csr", 64, 32), ("csr", 32, 64)), ("float64",) * 2, ("csr", 64, 64)))
+    return cases
+
+
+def _format(spec):
+    from sparsecc.formats import Format
+    if spec is None:
+        return None
+    if spec[0] == "dense":
+        return Format.dense(spec[1])
+    base = {"csr": Format.csr(), "csc": Format.csc(), "coo": Format.coo(3),
+            "aos": Format(("compressed(nonunique)", "singleton(nonunique)", "singleton"))}[spec[0]]
+    return base.with_widths(spec[1], spec[2])
+
+
+def emit(case: tuple, facts: dict, parallel: bool) -> tuple[str, str] | None:
+    """``(kind, MLIR text)`` of the hand-written kernel for ``case``, or None (the sparsifier's)."""
+    from sparsecc.parse import parse_einsum, parse_notation
+    from sparsecc.runtime import fast_paths
+    source, text, fmts, dtypes, out = case
+    stmt = parse_einsum(text, len(fmts)) if source == "einsum" else parse_notation(text)
+    formats = tuple(_format(f) for f in fmts)
+    try:
+        from sparsecc.kernel_abi import TargetFacts
+    except ImportError:     # (before the facts existed: the host's, read at import)
+        r = fast_paths.route(stmt, formats, tuple(dtypes), _format(out))
+    else:
+        r = fast_paths.route(stmt, formats, tuple(dtypes), _format(out), facts=TargetFacts(**facts))
+    if r is None:
+        return None
+    return r.kind, r.emit(parallel)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compute(facts: dict | None = None) -> dict:
+    rows = {}
+    for case in _cases():
+        got = {}
+        for parallel in (True, False):
+            e = emit(case, facts or FACTS, parallel)
+            if e is None:
+                raise AssertionError(f"no hand-written kernel for the corpus case {case!r}")
+            got["kind"], got["parallel" if parallel else "serial"] = e[0], sha(e[1])
+        rows[repr(case)] = got
+    return rows
+
+
+def load() -> dict:
+    return json.loads(CORPUS.read_text())
+
+
+if __name__ == "__main__":
+    rows = compute()
+    old = load() if CORPUS.exists() else {}
+    moved = [c for c in rows if c in old and old[c] != rows[c]]
+    CORPUS.parent.mkdir(exist_ok=True)
+    CORPUS.write_text(json.dumps(rows, indent=0, sort_keys=True) + "\n")
+    kinds = {}
+    for r in rows.values():
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    print(f"{len(rows)} cases {kinds} -> {CORPUS} ({len(moved)} changed)", *moved[:20], sep="\n", file=sys.stderr)
