@@ -54,14 +54,13 @@ Pure data over MLIR: imports nothing from ``sparsecc.runtime``.
 
 from __future__ import annotations
 
+from ..kernel_abi import FLAG_FUNCTION, SELF_CHECKED
 from .rewrites import InternalError, _slots
 
 VERSION = "guard_coordinates 8 (blocks of equal rows + entries, the scan prefetches the values, a line each)"
-#: the function, defined by the checked entry, that returns this call's flag
-FLAG_FUNCTION = "sparsecc_index_flag"
-#: a kernel function's attribute (``array<i64: ...>``): the coordinate arguments it
-#: range-checks itself, reported with the guarded ones
-SELF_CHECKED = "sparsecc.self_checked"
+# FLAG_FUNCTION (the function, defined by the checked entry, that returns this call's flag) and
+# SELF_CHECKED (a kernel function's attribute: the coordinate arguments it range-checks itself,
+# reported with the guarded ones) live in sparsecc/kernel_abi.py, shared with dialect/kernels/
 #: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
 #: than this is a block of its own)
 COST = 8192
@@ -232,7 +231,7 @@ def guard_coordinates(module) -> list[int]:
     for fn in funcs:
         name = ir.StringAttr(fn.attributes["sym_name"]).value
         # a hand-written kernel that range-checks some coordinate arguments itself (and
-        # sets this call's flag) lists them in SELF_CHECKED (dialect/handwritten.py sddmm)
+        # sets this call's flag) lists them in SELF_CHECKED (dialect/kernels/sddmm.py)
         own = set(ir.DenseI64ArrayAttr(fn.attributes[SELF_CHECKED])) if SELF_CHECKED in fn.attributes else set()
         if name == "kernel":
             reported = sorted(own)

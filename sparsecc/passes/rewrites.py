@@ -16,6 +16,7 @@ in place and nothing else aliases it, so each one is marked ``restrict writable`
 from __future__ import annotations
 
 from ..errors import InternalError
+from ..kernel_abi import MIN_PARALLEL_WORK_GLOBAL, NUM_THREADS_GLOBAL, ROW_WORK
 
 VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
            "inline_alloca_scopes 1; thread_count 3 (work threshold)")
@@ -138,9 +139,8 @@ def inline_alloca_scopes(module) -> int:
     return done
 
 
-#: a parallel loop whose iterations read no positions buffer (so its stored entries are
-#: unknown) counts each iteration as this much work
-ROW_WORK = 16
+# ROW_WORK (the work of one iteration of a parallel loop that reads no positions buffer) lives
+# in sparsecc/kernel_abi.py, shared with the hand-written MTTKRP's slots
 #: the default of ``sparsecc_min_parallel_work``, the run-time global every parallel kernel
 #: library holds (``runtime/threads.py`` writes it): a parallel loop runs on one thread
 #: when its work - iterations plus the stored entries under them - is below it.  Waking a
@@ -278,14 +278,14 @@ def thread_count(module) -> int:
     ptr = ir.Type.parse("!llvm.ptr")
     body = module.body
     # (a hand-written kernel may define sparsecc_num_threads itself: it sizes per-thread
-    # workspaces by it, dialect/handwritten.py spgemm)
+    # workspaces by it, dialect/kernels/spgemm.py)
     defined = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in body.operations
                if op.operation.name == "llvm.mlir.global"}
     with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
-        if "sparsecc_num_threads" not in defined:
-            llvm.GlobalOp(i32, "sparsecc_num_threads", ir.Attribute.parse("#llvm.linkage<external>"),
+        if NUM_THREADS_GLOBAL not in defined:
+            llvm.GlobalOp(i32, NUM_THREADS_GLOBAL, ir.Attribute.parse("#llvm.linkage<external>"),
                           value=ir.IntegerAttr.get(i32, 1), addr_space=0)
-        llvm.GlobalOp(i64, "sparsecc_min_parallel_work", ir.Attribute.parse("#llvm.linkage<external>"),
+        llvm.GlobalOp(i64, MIN_PARALLEL_WORK_GLOBAL, ir.Attribute.parse("#llvm.linkage<external>"),
                       value=ir.IntegerAttr.get(i64, MIN_PARALLEL_WORK), addr_space=0)
     for par in regions:
         inner = list(par.regions[0].blocks[0].operations) if len(par.regions) == 1 else []
@@ -301,9 +301,9 @@ def thread_count(module) -> int:
         lb, ub = nest.operands[0], nest.operands[n]   # several dimensions counts its outermost
         pos = _positions_buffer(nest, par) if n == 1 else None
         with ir.InsertionPoint(par), par.location:
-            addr = llvm.AddressOfOp(ptr, "sparsecc_num_threads").result
+            addr = llvm.AddressOfOp(ptr, NUM_THREADS_GLOBAL).result
             wanted = llvm.LoadOp(i32, addr).result
-            waddr = llvm.AddressOfOp(ptr, "sparsecc_min_parallel_work").result
+            waddr = llvm.AddressOfOp(ptr, MIN_PARALLEL_WORK_GLOBAL).result
             least = arith.index_cast(index, llvm.LoadOp(i64, waddr).result)
             trip = arith.subi(ub, lb)
             if pos is None:

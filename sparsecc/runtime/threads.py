@@ -24,6 +24,7 @@ import warnings
 from functools import lru_cache
 
 from ..errors import SparseccError
+from ..kernel_abi import MIN_PARALLEL_WORK_GLOBAL, NUM_THREADS_GLOBAL
 
 _RUNTIME_DIST = "cmeel-libomp"
 _RUNTIME_FILE = "cmeel.prefix/lib/libomp.so"
@@ -258,11 +259,11 @@ def register(lib: ctypes.CDLL) -> bool:
     """Point ``lib``'s thread count at the current setting and follow later changes; False
     if ``lib`` has no parallel loops."""
     try:
-        counter = _global(lib, ctypes.c_int32, "sparsecc_num_threads")
+        counter = _global(lib, ctypes.c_int32, NUM_THREADS_GLOBAL)
     except ValueError:
         return False
     try:
-        least = _global(lib, ctypes.c_int64, "sparsecc_min_parallel_work")
+        least = _global(lib, ctypes.c_int64, MIN_PARALLEL_WORK_GLOBAL)
     except ValueError:                  # compiled before the work threshold: none to follow
         least = None
     with _lock:
