@@ -1,5 +1,5 @@
-"""Adversarial pass over the hand-written SpMM (dialect/handwritten_spmm.py) and SDDMM
-(dialect/handwritten.py ``sddmm``/``_dot_vector``) kernels: a seeded differential driver
+"""Adversarial pass over the hand-written SpMM (dialect/kernels/spmm.py) and SDDMM
+(dialect/kernels/sddmm.py ``emit``/``_dot_vector``) kernels: a seeded differential driver
 against oracles written out in NumPy loops (no sparsecc code), with the inputs a hostile
 user passes (empty shapes, rows, single rows holding everything, duplicates and unsorted
 rows, NaN/inf, non-contiguous / read-only / unaligned dense operands, mixed index widths,

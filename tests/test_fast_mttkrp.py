@@ -1,5 +1,5 @@
 """MTTKRP ``M[i,r] = sum[j,k](A[i,j,k] * B[j,r] * C[k,r])`` over a 3-D COO operand runs as a
-hand-written parallel loop kernel (sparsecc/dialect/handwritten_mttkrp.py): checked against
+hand-written parallel loop kernel (sparsecc/dialect/kernels/mttkrp.py): checked against
 ``numpy.einsum`` on dense copies over dtypes, coordinate widths, both COO layouts (one
 array per coordinate, or the columns of one (nnz, 3) array), empty and single-entry
 tensors, empty i-slices, ranks r = 1, 16, 33 and 70 (a heap buffer), non-canonical input,

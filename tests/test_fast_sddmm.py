@@ -1,4 +1,4 @@
-"""SDDMM's vector dot product (sparsecc/dialect/handwritten.py ``_dot_vector``): every chunk
+"""SDDMM's vector dot product (sparsecc/dialect/kernels/sddmm.py ``_dot_vector``): every chunk
 and tail path (k = 0 .. 128 around the vector widths 8 and 16), float/int dtypes on vectors,
 complex and transposed X / Y on the scalar loop, empty and single-entry masks, 1 vs 2
 threads bitwise equal.  Oracles: ``numpy.einsum`` on dense copies, a written-out loop over

@@ -1,5 +1,5 @@
 """SpMM ``C = A @ X`` (A CSR, X dense row-major, dense result, float32/float64) runs as a
-hand-written kernel (sparsecc/dialect/handwritten_spmm.py): checked against ``A.toarray() @ X``
+hand-written kernel (sparsecc/dialect/kernels/spmm.py): checked against ``A.toarray() @ X``
 and SciPy over dtypes, index widths (mixed too), column counts around the kernel's vector
 blocks, empty / single-entry / one-row operands, unsorted and duplicate coordinates, the
 einsum spellings, 1 vs 2 threads (bitwise equal), and bad coordinates (an OperandError found

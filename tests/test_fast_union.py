@@ -1,5 +1,5 @@
 """Element-wise unions (A + B, A - B, a*A + b*B) with CSR/CSC results run as a hand-written
-parallel merge kernel (sparsecc/dialect/handwritten_union.py): checked against SciPy / NumPy
+parallel merge kernel (sparsecc/dialect/kernels/union.py): checked against SciPy / NumPy
 over dtypes, index widths (mixed too), empty / single-entry / disjoint / identical patterns,
 and bit for bit against the sparsifier's kernel for the same statement (stored zeros,
 cancellations, -0.0, inf), and 1 vs 2 threads."""
@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsecc as sc
-from sparsecc.dialect import handwritten_union
+from sparsecc.dialect.kernels import union as handwritten_union
 from sparsecc.runtime import threads
 
 from conftest import seed as _seed, random_values

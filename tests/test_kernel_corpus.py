@@ -13,3 +13,52 @@ def test_every_handwritten_kernel_emits_the_recorded_mlir():
                                                                        "union"}
     changed = [c for c in want if got[c] != want[c]]
     assert not changed, f"{len(changed)} of {len(want)} hand-written kernels emit other MLIR, e.g. {changed[:3]}"
+
+
+def test_emission_reads_the_target_facts_not_the_host():
+    """Another host (``platform.machine()`` and ``sys.platform`` say aarch64 / darwin before
+    sparsecc is imported): for the same facts, the same text as recorded.  (The SpGEMM and
+    union kernels read both at import: their text followed the host, not the target.)"""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, platform; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "import numpy, scipy.sparse\n"            # (they read sys.platform at import themselves)
+            "platform.machine = lambda: 'aarch64'; sys.platform = 'darwin'\n"
+            "import kernel_corpus as kc\n"
+            "want = kc.load(); got = kc.compute()\n"
+            "from sparsecc.runtime import targets\n"
+            "import sparsecc as sc\n"
+            "f = targets.resolve(sc.Options(cpu='x86-64')).kernel_facts()\n"
+            "print(sum(got[c] != want[c] for c in want), len(want), f.arch, f.system)\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(here), here], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    differ, n, arch, system = out.stdout.split()
+    assert int(n) > 200 and int(differ) == 0
+    assert (arch, system) == ("aarch64", "darwin")          # the target resolves the host's facts
+
+
+def test_the_text_changes_with_the_facts_alone():
+    """x86-64 without Linux: no madvise; Linux without x86-64: no non-temporal stores or sfence;
+    the kernels that use neither emit the same text for every facts."""
+    rows = kernel_corpus.load()
+    cases = {kind: next(eval(c) for c, r in rows.items() if r["kind"] == kind) for kind in
+             ("spgemm", "sddmm", "spmm", "mttkrp", "ttv", "union")}
+    x86_linux, arm_linux, x86_mac = ({"arch": "x86_64", "system": "linux"}, {"arch": "aarch64", "system": "linux"},
+                                     {"arch": "x86_64", "system": "darwin"})
+    for kind, case in cases.items():
+        for parallel in (True, False):
+            base = kernel_corpus.emit(case, x86_linux, parallel)[1]
+            assert kernel_corpus.emit(case, x86_linux, parallel)[1] == base
+            arm, mac = kernel_corpus.emit(case, arm_linux, parallel)[1], kernel_corpus.emit(case, x86_mac, parallel)[1]
+            if kind in ("spmm", "mttkrp", "ttv"):
+                assert arm == base and mac == base
+                continue
+            assert "@madvise" in base and "@madvise" in arm and "@madvise" not in mac
+            if kind == "spgemm":
+                assert "sfence" in base and "sfence" not in arm and "sfence" in mac
+                assert "nontemporal = true" in arm          # (the branch is there, never taken)
+            else:
+                assert arm == base

@@ -57,6 +57,20 @@ def test_passes_and_dialect_import_nothing_from_the_runtime(layer):
     assert not bad, f"{layer}/ imports the runtime: {bad}"
 
 
+@pytest.mark.parametrize("layer, other", [("passes", "dialect"), ("dialect", "passes")])
+def test_passes_and_dialect_import_nothing_from_each_other(layer, other):
+    """The names both need (the flag function, ``SELF_CHECKED``, ``ROW_WORK`` ...) are in the
+    ground module ``sparsecc/kernel_abi.py`` (imports inside functions count too)."""
+    bad = [(str(p.relative_to(ROOT)), m) for p in sorted((ROOT / layer).rglob("*.py")) for m in _imports(p)
+           if m == f"sparsecc.{other}" or m.startswith(f"sparsecc.{other}.")]
+    assert not bad, f"{layer}/ imports {other}/: {bad}"
+
+
+def test_kernel_abi_is_ground():
+    got = [m for m in _imports(ROOT / "kernel_abi.py") if m.startswith("sparsecc")]
+    assert not got, got
+
+
 def test_no_assert_guards_program_logic():
     """``assert`` vanishes under ``python -O``: sparsecc raises explicitly instead."""
     found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in sorted(ROOT.rglob("*.py"))

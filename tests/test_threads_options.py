@@ -178,7 +178,7 @@ def _parallel_loops(k) -> bool:
     ("spmv", "csc", False),       # outer loop is the summed index: would race on y
     ("col-sum", "csr", False),
     ("sum", "csr", False),        # a reduction into one scalar: would reorder the sum
-    ("sddmm", "csr", True),       # sparse results: hand-written row loops (dialect/handwritten.py)
+    ("sddmm", "csr", True),       # sparse results: hand-written row loops (dialect/kernels/)
     ("spgemm", "csr", True),
     ("sddmm", "coo", False),      # a sparse result MLIR builds: it never parallelizes it
 ])

@@ -1,15 +1,17 @@
-"""Specializations served by hand-written loop kernels (``dialect/handwritten.py``): SDDMM
-and SpGEMM with CSR results, whose sparsifier kernels run serially.  ``specialize`` asks
-:func:`compiled` first; None means the ordinary sparsifier path."""
+"""Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM,
+SpMM, MTTKRP/TTV, unions), whose sparsifier kernels run serially.  ``specialize`` asks
+:func:`compiled` first; None means the ordinary sparsifier path.  The kernels are emitted
+from the compile target's facts (``Target.kernel_facts()``), never from the host's."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
-from ..dialect import handwritten, handwritten_union
+from ..dialect.kernels import sddmm, spgemm, union
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
+from ..kernel_abi import TargetFacts
 from ..options import Options
 from . import targets
 from .loader import load_module
@@ -31,31 +33,31 @@ class Route:
     guarded: tuple | None = None
 
 
-def route(stmt, formats, dtypes, out_format, device: str = "cpu") -> Route | None:
+def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
     this order: MTTKRP/TTV over a 3-D COO operand and SpMM (dense results, CPU only: a cuda
-    kernel keeps its GPU loop), then SDDMM/SpGEMM with CSR results, then the element-wise
+    kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the element-wise
     union.  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
-    (:func:`serial_kernel`)."""
-    from ..dialect import handwritten_mttkrp, handwritten_spmm
+    (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
+    from ..dialect.kernels import mttkrp, spmm
     fmts, dtype = dict(zip(stmt.operands, formats)), dtypes[0]
     if device == "cpu":
-        plan = handwritten_mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) in (2, 3) else None
+        plan = mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) in (2, 3) else None
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
-                         lambda parallel: handwritten_mttkrp.emit(plan, fmts, dtype, parallel), False)
-        plan = handwritten_spmm.match(stmt, formats, dtypes, out_format)
+                         lambda parallel: mttkrp.emit(plan, fmts, None, dtype, parallel, facts), False)
+        plan = spmm.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route("spmm", tuple(plan.index_order),
-                         lambda parallel: handwritten_spmm.emit(plan, fmts, dtype, parallel), False,
-                         fills_output=True, guarded=handwritten_spmm.guarded(plan, stmt, formats))
-    plan, module = handwritten.match(stmt, formats, dtypes, out_format), handwritten
-    if plan is None:    # element-wise union (A + B, a*A - b*B) with a CSR/CSC result
-        plan, module = handwritten_union.match(stmt, formats, dtypes, out_format), handwritten_union
-    if plan is None:
-        return None
-    return Route(plan.kind, tuple(plan.index_order),
-                 lambda parallel: module.emit(plan, fmts, out_format, dtype, parallel), True)
+                         lambda parallel: spmm.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=True, guarded=spmm.guarded(plan, stmt, formats))
+    for module in (spgemm, sddmm, union):   # (union: A + B, a*A - b*B with a CSR/CSC result)
+        plan = module.match(stmt, formats, dtypes, out_format)
+        if plan is not None:
+            return Route(plan.kind, tuple(plan.index_order),
+                         lambda parallel, module=module, plan=plan:
+                         module.emit(plan, fmts, out_format, dtype, parallel, facts), True)
+    return None
 
 
 def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bool = False):
@@ -63,10 +65,11 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     mlir, mod)`` builds the ``Compiled`` (specialization.py's).  ``huge`` (a dimension much
     larger than the stored entries): SpGEMM's per-thread workspaces are the size of the
     result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
-    r = route(stmt, formats, dtypes, out_format, options.device)
+    target = targets.resolve(options)
+    r = route(stmt, formats, dtypes, out_format, options.device, facts=target.kernel_facts())
     if r is None or (huge and r.kind == "spgemm"):
         return None
-    parallel = options.parallel != "none" and bool(targets.resolve(options).param("openmp"))
+    parallel = options.parallel != "none" and bool(target.param("openmp"))
     mlir = r.emit(parallel)
     mod = load_module(mlir, what=f"'{stmt}' ({r.kind}, hand-written loops)", options=options, memo=False)
     sig = KernelSignature(r.index_order, stmt.operands, 2, dtypes[0], out_format if r.sparse_result else None)
@@ -84,19 +87,18 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     """Whether the hand-written kernel for this specialization has workspaces the size of a
     dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
-    plan = handwritten.match(stmt, formats, dtypes, out_format)
-    return plan is not None and plan.kind == "spgemm"
+    return spgemm.match(stmt, formats, dtypes, out_format) is not None
 
 
-def serial_kernel(stmt, formats, dtypes, out_format):
+def serial_kernel(stmt, formats, dtypes, out_format, facts: TargetFacts):
     """The hand-written kernel for an ahead-of-time library (``specialization.compile_specialization``):
     ``(kind, index_order, mlir, fills_output, guarded)`` with serial loops (``parallel=False``: no OpenMP
     calls, so the library needs only libc and libm), or None (the sparsifier's kernel): :func:`route`,
     as on the CPU; no ``huge`` rule here: serially, SpGEMM's one workspace (about 16 bytes per result
     column, per call) is the size of the sparsifier's own row expansion.  ``guarded``: the operands
     whose coordinates the kernel range-checks itself (SpMM; None: what the compile reports, as for
-    SDDMM)."""
-    r = route(stmt, formats, dtypes, out_format)
+    SDDMM).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
+    r = route(stmt, formats, dtypes, out_format, facts=facts)
     if r is None:
         return None
     return r.kind, r.index_order, r.emit(False), r.fills_output, r.guarded

@@ -281,7 +281,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
     if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
         options = dataclasses.replace(options, parallel="none")
-        hand = fast_paths.serial_kernel(stmt, formats, dtypes, out_format) if handwritten else None
+        hand = (fast_paths.serial_kernel(stmt, formats, dtypes, out_format, targets.resolve(options).kernel_facts())
+                if handwritten else None)
         index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
         out_dtype = _result_dtype(stmt, dtypes).name
         if hand is not None and hand[1] == index_order and out_dtype == dtypes[0]:

@@ -22,6 +22,9 @@ What a target kind must provide (``cpu`` below; a ``cuda`` kind adds one entry t
 * ``key_params``: the parameters that change generated code, hashed into the disk key
   (CPU name and features, the OpenMP runtime's version; a GPU architecture);
 * ``facts(target) -> PipelineFacts``: what the pass pipelines are told;
+* ``kernel_facts(target) -> TargetFacts``: what the hand-written kernels' emission is told
+  (``sparsecc/kernel_abi.py``: the processor architecture and operating system the code runs
+  on, resolved here into the parameters ``arch`` and ``system``; emission never reads the host);
 * ``lower(module, options, facts)``: the pass pipelines (data in ``sparsecc/passes/``) and
   the rewrites between them, MLIR down to the LLVM dialect (in the compile worker);
 * ``oom_variant(target)``: where the checked-allocation entry keeps its jump buffer in
@@ -49,9 +52,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -60,6 +65,7 @@ from functools import lru_cache
 from typing import Callable
 
 from ..errors import InternalError
+from ..kernel_abi import TargetFacts
 from ..passes.pipeline import PipelineFacts, host_features, lower
 
 #: the target a kernel is built for unless one is named
@@ -74,6 +80,7 @@ class TargetKind:
     resolve: Callable
     key_params: tuple[str, ...]
     facts: Callable
+    kernel_facts: Callable
     lower: Callable
     oom_variant: Callable
     codegen: Callable
@@ -109,6 +116,9 @@ class Target:
     def facts(self) -> PipelineFacts:
         return self.kind.facts(self)
 
+    def kernel_facts(self) -> TargetFacts:
+        return self.kind.kernel_facts(self)
+
     def request(self) -> dict:
         """What the compile worker receives (JSON)."""
         return {"name": self.name, "params": dict(self.params)}
@@ -140,6 +150,16 @@ def resolve(options, name: str | None = None) -> Target:
 
 
 # ----------------------------------------------------------------------------- cpu
+def _machine() -> dict:
+    """The parameters ``arch`` and ``system`` of the machine the code runs on (this one: the
+    CPU target compiles for the host's triple, and a cuda kernel's host code runs here)."""
+    return {"arch": platform.machine().lower(), "system": sys.platform}
+
+
+def _machine_facts(target: Target) -> TargetFacts:
+    return TargetFacts(arch=target.param("arch"), system=target.param("system"))
+
+
 @lru_cache(maxsize=None)
 def _cpu_target(cpu: str | None) -> Target:
     """``cpu``: an LLVM CPU name (generic features), or None: this machine's CPU, all its
@@ -155,7 +175,7 @@ def _cpu_target(cpu: str | None) -> Target:
     if cc is None and os.environ.get("CC", "").strip():
         warnings.warn(f"sparsecc: {why}; kernels are loaded without a C compiler (LLVM's ORC JIT)",
                       UserWarning, stacklevel=2)
-    return make("cpu", {"cpu": name, "features": features,
+    return make("cpu", {**_machine(), "cpu": name, "features": features,
                         "openmp": runtime_version() if lib else "", "openmp_lib": lib or "",
                         "linker": "cc" if cc else "orc", "cc": shlex.join(cc) if cc else ""})
 
@@ -182,7 +202,6 @@ def c_compiler(cc: str | None = None, *, zig: bool = False) -> tuple[list[str] |
         return [exe], ""
     if zig:
         import importlib.util
-        import sys
         if importlib.util.find_spec("ziglang") is not None:
             return [sys.executable, "-m", "ziglang", "cc"], ""
     return None, "no C compiler was found (CC is not set and there is no cc on PATH)"
@@ -371,7 +390,7 @@ def orc_load(obj: bytes, info: dict) -> JitLibrary:
 
 
 CPU = TargetKind(name="cpu", resolve=_cpu_resolve, key_params=("cpu", "features", "openmp", "linker"),
-                 facts=_cpu_facts, lower=lower, oom_variant=_cpu_oom_variant, codegen=_cpu_codegen,
+                 facts=_cpu_facts, kernel_facts=_machine_facts, lower=lower, oom_variant=_cpu_oom_variant, codegen=_cpu_codegen,
                  artifact=_cpu_artifact, link=_cpu_link, load=_cpu_load)
 
 # ----------------------------------------------------------------------------- cuda
@@ -437,7 +456,7 @@ def _cuda_target(gpu_arch: str | None, device_buffers: tuple = ()) -> Target:
     if arch is None:                        # the device's, else the documented default
         arch = cuda_probe()[1] or gpu.DEFAULT_ARCH
     import hashlib
-    params = {"gpu_arch": arch, "ptx": gpu.PTX_FEATURES,
+    params = {**_machine(), "gpu_arch": arch, "ptx": gpu.PTX_FEATURES,
               "tables": hashlib.sha256(gpu.fingerprint().encode()).hexdigest()[:16]}
     if device_buffers:                      # host-operand kernels keep the keys they had
         params["device_buffers"] = ",".join(map(str, device_buffers))
@@ -563,7 +582,7 @@ def _cuda_load(path: str, info: dict, target: Target | None = None):
 
 
 CUDA = TargetKind(name="cuda", resolve=_cuda_resolve, key_params=("gpu_arch", "ptx", "tables", "device_buffers"),
-                  facts=_cuda_facts, lower=_cuda_lower, oom_variant=_cuda_oom_variant, codegen=_cuda_codegen,
+                  facts=_cuda_facts, kernel_facts=_machine_facts, lower=_cuda_lower, oom_variant=_cuda_oom_variant, codegen=_cuda_codegen,
                   artifact=_cuda_artifact, link=_cuda_link, load=_cuda_load)
 
 #: every target kind, by name

@@ -1,4 +1,4 @@
-"""A hand-written loop kernel for SpMM with a dense result (issue 14).
+"""SpMM with a dense result, hand-written (issue 14).
 
 ``C[i,j] = sum[k](A[i,k] * X[k,j])`` (the einsum ``ik,kj->ij``, either operand order, any
 index names: ``ij,jk->ik``) with A CSR, X dense row-major and a dense (row-major) result,
@@ -41,10 +41,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes as dt
-from ..expr import Access, Binary, Reduce, Statement, accesses
-from ..formats import Format
-from .handwritten import _SPEC, _Text, _is_csr, _is_dense_rowmajor, _ity, _module
+from ... import dtypes as dt
+from ...expr import Access, Binary, Statement
+from ...formats import Format
+from ...kernel_abi import TargetFacts
+from .emit import (FLAG_CALL, FLAG_DECL, Text, kernel_head, loop, module, multiply_add, operand_params, row_bounds,
+                   set_flag)
+from .recognize import RolePlan, index_order, is_csr, is_dense_rowmajor, one_kind, plain_sum
 
 #: the widest block of an output row kept in registers while the row's entries are read:
 #: 256 bytes (32 float64: 8 AVX2 registers of 16, 4 of AVX-512's 32)
@@ -53,33 +56,24 @@ BLOCK_BYTES = 256
 PREFETCH = 4
 #: the value kinds routed here (int and complex keep the sparsifier's kernel)
 _KINDS = ("float",)
-FLAG_FUNCTION = "sparsecc_index_flag"
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(RolePlan):
     """A recognised SpMM: the operand names of A (CSR) and X (dense), the index names."""
 
-    kind: str
-    roles: tuple[tuple[str, str], ...]
-    index_order: tuple[str, ...]
     i: str
     k: str
     j: str
-
-    def role(self, name: str) -> str:
-        return {n: r for r, n in self.roles}[name]
 
 
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> Plan | None:
     """The hand-written SpMM for this specialization, or None (the sparsifier's kernel)."""
-    if out_format is not None or len(stmt.operands) != 2 or len(stmt.indices) != 2 or len(set(dtypes)) != 1:
-        return None
-    if dt.TABLE[dtypes[0]].kind not in _KINDS:
+    if out_format is not None or len(stmt.operands) != 2 or len(stmt.indices) != 2 or not one_kind(dtypes, _KINDS):
         return None
     e = stmt.expr
-    if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 1):
+    if not plain_sum(e, 1):
         return None
     b = e.body
     if not (isinstance(b, Binary) and b.op == "*" and isinstance(b.left, Access) and isinstance(b.right, Access)):
@@ -89,43 +83,35 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     if left.tensor == right.tensor or len(left.indices) != 2 or len(right.indices) != 2:
         return None
     A, X = (left, right) if not fmts[left.tensor].is_dense else (right, left)
-    if not _is_csr(fmts[A.tensor]) or not _is_dense_rowmajor(fmts[X.tensor]):
+    if not is_csr(fmts[A.tensor]) or not is_dense_rowmajor(fmts[X.tensor]):
         return None
     i, k = A.indices
     j = X.indices[1]
     if X.indices[0] != k or e.indices != (k,) or stmt.indices != (i, j) or len({i, j, k}) != 3:
         return None
-    index_order = tuple(dict.fromkeys(ix for a in accesses(stmt.expr) for ix in a.indices))
-    return Plan("spmm", (("A", A.tensor), ("X", X.tensor)), index_order, i, k, j)
+    return Plan("spmm", (("A", A.tensor), ("X", X.tensor)), index_order(stmt), i, k, j)
 
 
-def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
-    """The MLIR module (module docstring); ``formats`` by operand name, widths resolved."""
+def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bool, facts: TargetFacts) -> str:
+    """The MLIR module (module docstring); ``formats`` by operand name, widths resolved
+    (``out``: None, a dense result; ``facts``: nothing here depends on them)."""
     row = dt.TABLE[dtype]
     T = row.storage
     size = row.numpy.itemsize
-    fa = next(f for op, f in formats.items() if plan.role(op) == "A")
+    fa = plan.format_of("A", formats)
     pw, cw = fa.pos_width, fa.crd_width
     MT = f"memref<?x?x{T}>"
-    params = [f"%size_{ix}: index" for ix in plan.index_order]
-    for op in formats:
-        if plan.role(op) == "A":
-            params += [f"%A_pos: memref<?x{_ity(pw)}>", f"%A_crd: memref<?x{_ity(cw)}>",
-                       f"%A_val: memref<?x{T}>", f"%A_spec: {_SPEC}"]
-        else:
-            params.append(f"%X: {MT}")
-    params.append(f"%C: {MT}")
+    params = operand_params(plan, formats, T) + [f"%C: {MT}"]
     m, K, N = f"%size_{plan.i}", f"%size_{plan.k}", f"%size_{plan.j}"
 
-    t = _Text()
-    t("%c0 = arith.constant 0 : index")
-    t("%c1 = arith.constant 1 : index")
+    t = Text()
+    t.index_constants()
     t("%one32 = arith.constant 1 : i32")
-    t(f"%flag = llvm.call @{FLAG_FUNCTION}() : () -> !llvm.ptr")
+    t(f"%flag = {FLAG_CALL}")
 
     def report(bad: str) -> None:
         t(f"scf.if {bad} {{")
-        t("  llvm.store %one32, %flag atomic monotonic {alignment = 4 : i64} : i32, !llvm.ptr")
+        t("  " + set_flag("%one32", "%flag"))
         t("}")
 
     nnz = t.load_index("%A_pos", m, pw)
@@ -136,14 +122,10 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     ahead = t.op(f"arith.constant {PREFETCH} : index")
     has_cols = t.op(f"arith.cmpi ugt, {N}, %c0 : index")
     t(f"scf.if {has_cols} {{")
-    if parallel:
-        t(f"scf.parallel (%i) = (%c0) to ({m}) step (%c1) {{")
-    else:
-        t(f"scf.for %i = %c0 to {m} step %c1 {{")
+    opening, closing = loop(parallel, "%i", "%c0", m)
+    t(opening)
     # the body reads pos[i] and pos[i + 1] directly: the thread count follows the entries
-    lo = t.load_index("%A_pos", "%i", pw)
-    i1 = t.op("arith.addi %i, %c1 : index")
-    hi = t.load_index("%A_pos", i1, pw)
+    lo, _, hi = row_bounds(t, "%A_pos", "%i", pw)
     line = max(1, 64 // size)
 
     def block(cb: str, w: int, mask: str | None) -> None:
@@ -170,7 +152,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
             x = t.op(f"vector.load %X[{jc}, {cb}] : {MT}, {ty}")
         else:
             x = t.op(f"vector.maskedload %X[{jc}, {cb}], {mask}, {zv} : {MT}, vector<{w}xi1>, {ty} into {ty}")
-        s = t.op(f"math.fma {vb}, {x}, %a : {ty}")
+        s = multiply_add(t, True, vb, x, "%a", ty)
         t(f"  scf.yield {s}, {mx2} : {ty}, index")
         t("}")
         if mask is None:
@@ -204,9 +186,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     mask = t.op(f"vector.create_mask {rest} : vector<{wt}xi1>")
     block(start, wt, mask)
     t("}")
-    if parallel:
-        t("  scf.reduce")
-    t("}")
+    t(closing)
     t("} else {")
     # no columns: nothing to compute, the coordinates are still checked
     mx = t.fresh("mx")
@@ -227,8 +207,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     t("}")
     t("}")
     t("return")
-    head = f"func.func @kernel({', '.join(params)}) attributes {{llvm.emit_c_interface}} {{"
-    return _module([f"llvm.func @{FLAG_FUNCTION}() -> !llvm.ptr"], head, t.lines)
+    return module([FLAG_DECL], kernel_head(params), t.lines)
 
 
 def guarded(plan: Plan, stmt: Statement, formats: tuple[Format, ...]) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""Hand-written loop kernel for element-wise unions with a CSR (or CSC) result.
+"""Element-wise unions with a CSR (or CSC) result, hand-written.
 
 ``C[i,j] = A[i,j] + B[i,j]``, ``A - B`` and scaled terms (``a*A[i,j] - B[i,j]*b`` with 0-d
 operands ``a``/``b``, what ``sc.ops.add/sub(..., alpha=)`` build): MLIR 22's sparsifier
@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes as dt
-from ..expr import Access, Binary, Statement
-from ..formats import Format
-from . import handwritten
-from .handwritten import _SPEC, MADVISE, _Text, _ity, _loop, _module, _spec_struct, huge_pages
+from ... import dtypes as dt
+from ...expr import Access, Binary, Statement
+from ...formats import Format
+from ...kernel_abi import TargetFacts
+from .emit import (Text, alloc_entries, arith, csr_params, csr_results, huge_page_decls, ity, kernel_head, loop,
+                   module, prefix_sum, return_csr, row_bounds)
+from .recognize import is_compressed, one_kind
 
 _KINDS = ("float", "int", "complex")
 
@@ -60,20 +62,13 @@ def _term(e, idx: tuple[str, ...]) -> Term | None:
     return None
 
 
-def _compressed(f: Format | None, order: tuple[int, ...]) -> bool:
-    return (f is not None and not f.is_dense and f.block is None and f.levels == ("dense", "compressed")
-            and tuple(f.order or (0, 1)) == order and f.pos_width in (32, 64) and f.crd_width in (32, 64))
-
-
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> UnionPlan | None:
     """The union kernel's plan for this specialization, or None (the sparsifier's kernel)."""
-    if out_format is None or len(stmt.indices) != 2 or len(set(dtypes)) != 1:
-        return None
-    if dt.TABLE[dtypes[0]].kind not in _KINDS:
+    if out_format is None or len(stmt.indices) != 2 or not one_kind(dtypes, _KINDS):
         return None
     order = tuple(out_format.order or (0, 1))
-    if order not in ((0, 1), (1, 0)) or not _compressed(out_format, order):
+    if order not in ((0, 1), (1, 0)) or not is_compressed(out_format, order):
         return None
     e = stmt.expr
     if not (isinstance(e, Binary) and e.op in ("+", "-")):
@@ -86,7 +81,7 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     if len(set(names)) != len(names) or set(names) != set(stmt.operands) or len(names) != len(stmt.operands):
         return None
     fmts = dict(zip(stmt.operands, formats))
-    if not (_compressed(fmts[left.tensor], order) and _compressed(fmts[right.tensor], order)):
+    if not (is_compressed(fmts[left.tensor], order) and is_compressed(fmts[right.tensor], order)):
         return None
     for s in (left.scale, right.scale):
         if s is not None and not (fmts[s].is_dense and fmts[s].rank == 0):
@@ -95,14 +90,7 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
 
 
 # ------------------------------------------------------------------------------ MLIR text
-def _arith(row: dt.DType, op: str, a: str, b: str) -> str:
-    name = {"+": {"float": "arith.addf", "int": "arith.addi", "complex": "complex.add"},
-            "-": {"float": "arith.subf", "int": "arith.subi", "complex": "complex.sub"},
-            "*": {"float": "arith.mulf", "int": "arith.muli", "complex": "complex.mul"}}[op][row.kind]
-    return f"{name} {a}, {b} : {row.storage}"
-
-
-def _neg(t: _Text, row: dt.DType, v: str, zero: str | None) -> str:
+def _neg(t: Text, row: dt.DType, v: str, zero: str | None) -> str:
     """``-v`` as the sparsifier writes it (kNegF / kNegC / kNegI: ``0 - v``)."""
     if row.kind == "float":
         return t.op(f"arith.negf {v} : {row.storage}")
@@ -111,7 +99,7 @@ def _neg(t: _Text, row: dt.DType, v: str, zero: str | None) -> str:
     return t.op(f"arith.subi {zero}, {v} : {row.storage}")
 
 
-def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool) -> str:
+def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool, facts: TargetFacts) -> str:
     """The MLIR module of the union kernel; ``formats`` by operand name (widths resolved)."""
     row = dt.TABLE[dtype]
     T = row.storage
@@ -121,15 +109,12 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     for op, f in formats.items():
         if op in (plan.left.tensor, plan.right.tensor):
             r = "A" if op == plan.left.tensor else "B"
-            params += [f"%{r}_pos: memref<?x{_ity(f.pos_width)}>", f"%{r}_crd: memref<?x{_ity(f.crd_width)}>",
-                       f"%{r}_val: memref<?x{T}>", f"%{r}_spec: {_SPEC}"]
+            params += csr_params(r, f, T)
         else:
             params.append(f"%s_{op}: memref<{T}>")
-    results = f"memref<?x{_ity(pw)}>, memref<?x{_ity(cw)}>, memref<?x{T}>, {_SPEC}"
-    head = f"func.func @kernel({', '.join(params)}) -> ({results}) attributes {{llvm.emit_c_interface}} {{"
-    t = _Text()
-    t("%c0 = arith.constant 0 : index")
-    t("%c1 = arith.constant 1 : index")
+    head = kernel_head(params, csr_results(out, T))
+    t = Text()
+    t.index_constants()
     t("%big = arith.constant -1 : index")     # past every coordinate (unsigned compares)
     dims = [f"%size_{ix}" for ix in plan.index_order]
     m, n = dims[plan.outer], dims[1 - plan.outer]
@@ -146,21 +131,19 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
         if term.scale is None:
             return x
         s = scal[term.scale]
-        return t.op(_arith(row, "*", s, x) if term.scale_first else _arith(row, "*", x, s))
+        return t.op(arith(row, "*", s, x) if term.scale_first else arith(row, "*", x, s))
 
     def right_only(y: str) -> str:
         v = term_value(plan.right, y)
         return v if plan.op == "+" else _neg(t, row, v, zero)
 
     def bounds(r: str, f: Format):
-        lo = t.load_index(f"%{r}_pos", "%i", f.pos_width)
-        i1 = t.op("arith.addi %i, %c1 : index")
-        hi = t.load_index(f"%{r}_pos", i1, f.pos_width)
+        lo, _, hi = row_bounds(t, f"%{r}_pos", "%i", f.pos_width)
         return lo, hi
 
-    t(f"%C_pos = memref.alloc({m1}) : memref<?x{_ity(pw)}>")
+    t(f"%C_pos = memref.alloc({m1}) : memref<?x{ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
-    opening, closing = _loop(parallel, "%i", "%c0", m)
+    opening, closing = loop(parallel, "%i", "%c0", m)
     # phase 1: each row's union size: |A row| + |B row| - |common columns|
     t(opening)
     alo, ahi = bounds("A", fa)         # (the thread count follows A's entries)
@@ -192,25 +175,12 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     i1 = t.op("arith.addi %i, %c1 : index")
     t.store_index(cnt, "%C_pos", i1, pw)
     t(closing)
-    # the prefix sum (serial: O(rows))
-    t(f"scf.for %i = %c0 to {m} step %c1 {{")
-    i1 = t.op("arith.addi %i, %c1 : index")
-    u = t.load_index("%C_pos", "%i", pw)
-    w = t.load_index("%C_pos", i1, pw)
-    t.store_index(t.op(f"arith.addi {u}, {w} : index"), "%C_pos", i1, pw)
-    t("}")
-    nnz = t.load_index("%C_pos", m, pw)
+    nnz = prefix_sum(t, m, pw)
     cap = t.op(f"arith.maxui {nnz}, %c1 : index")
-    t(f"%C_crd = memref.alloc({cap}) : memref<?x{_ity(cw)}>")
-    t(f"%C_val = memref.alloc({cap}) : memref<?x{T}>")
-    if handwritten.HUGE_PAGES:
-        huge_pages(t, "%C_crd", f"memref<?x{_ity(cw)}>", cap, cw // 8)
-        huge_pages(t, "%C_val", f"memref<?x{T}>", cap, row.numpy.itemsize)
+    alloc_entries(t, cap, out, row, facts)
     # phase 2: the merge writes the row (the thread count follows the result's entries)
     t(opening)
-    start = t.load_index("%C_pos", "%i", pw)
-    i1 = t.op("arith.addi %i, %c1 : index")
-    end = t.load_index("%C_pos", i1, pw)
+    start, _, end = row_bounds(t, "%C_pos", "%i", pw)
     alo, ahi = bounds("A", fa)
     blo, bhi = bounds("B", fb)
     # the merge while both rows have entries left: no branch on the coordinates (the values
@@ -234,7 +204,7 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     y = t.op(f"memref.load %B_val[%qb] : memref<?x{T}>")
     if row.kind == "complex":
         t(f"scf.if {eq} {{")
-        v = t.op(_arith(row, plan.op, term_value(plan.left, x), term_value(plan.right, y)))
+        v = t.op(arith(row, plan.op, term_value(plan.left, x), term_value(plan.right, y)))
         t(f"  memref.store {v}, %C_val[%qw] : memref<?x{T}>")
         t("} else {")
         t(f"scf.if {le} {{")
@@ -245,7 +215,7 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
         t("}")
     else:
         tx, ty = term_value(plan.left, x), term_value(plan.right, y)
-        v_both = t.op(_arith(row, plan.op, tx, ty))
+        v_both = t.op(arith(row, plan.op, tx, ty))
         v_right = ty if plan.op == "+" else _neg(t, row, ty, zero)
         one = t.op(f"arith.select {le}, {tx}, {v_right} : {T}")
         v = t.op(f"arith.select {eq}, {v_both}, {one} : {T}")
@@ -271,7 +241,5 @@ def emit(plan: UnionPlan, formats: dict, out: Format, dtype: str, parallel: bool
     t(f"memref.store {right_only(y)}, %C_val[{wb}] : memref<?x{T}>")
     t("}")
     t(closing)
-    sizes = (m, n)
-    spec = _spec_struct(t, sizes[0], sizes[1], m1, nnz)
-    t(f"return %C_pos, %C_crd, %C_val, {spec} : {results}")
-    return _module([MADVISE] if handwritten.HUGE_PAGES else [], head, t.lines)
+    return_csr(t, m, n, m1, nnz, out, T)
+    return module(huge_page_decls(facts), head, t.lines)

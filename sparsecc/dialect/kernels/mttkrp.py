@@ -1,4 +1,4 @@
-"""A hand-written loop kernel for MTTKRP (and TTV) over a 3-D COO operand (issue 14).
+"""MTTKRP (and TTV) over a 3-D COO operand, hand-written (issue 14).
 
 ``M[i,r] = sum[j,k](A[i,j,k] * B[j,r] * C[k,r])`` (the einsum ``ijk,jr,kr->ir``; the factors
 in any operand order, either of them stored transposed (``B[r,j]``), the result ``M[r,i]``
@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes as dt
-from ..expr import Reduce, Statement, accesses
-from ..formats import Format
-from ..passes.rewrites import ROW_WORK
-from .handwritten import _Text, _factors, _ity, _module
+from ... import dtypes as dt
+from ...expr import Statement
+from ...formats import Format
+from ...kernel_abi import ROW_WORK, TargetFacts
+from .emit import Text, arith, function, if_yield, ity, kernel_head, loop, module, multiply_add, spec_type, zero
+from .recognize import RolePlan, factors, index_order, is_dense_rowmajor, one_kind, plain_sum
 
 #: entries per parallel iteration: the thread-count rewrite counts ROW_WORK per iteration
 #: of a loop that reads no positions buffer, so one slot of ROW_WORK entries counts as
@@ -59,14 +60,11 @@ _AOS = ("compressed(nonunique)", "singleton(nonunique)", "singleton")
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(RolePlan):
     """A recognised MTTKRP: the operand names of A, B (the factor of A's level-1 index j)
     and C (of its level-2 index k), whether B / C / the result are stored transposed, and
     whether A's coordinates are one interleaved (AoS) buffer."""
 
-    kind: str
-    roles: tuple[tuple[str, str], ...]
-    index_order: tuple[str, ...]
     i: str
     j: str
     k: str
@@ -75,9 +73,6 @@ class Plan:
     c_t: bool
     m_t: bool
     aos: bool
-
-    def role(self, name: str) -> str:
-        return {n: r for r, n in self.roles}[name]
 
 
 def _coo3(f: Format | None) -> str | None:
@@ -88,17 +83,13 @@ def _coo3(f: Format | None) -> str | None:
     return "soa" if f.levels == _SOA else "aos" if f.levels == _AOS else None
 
 
-def _dense2(f: Format) -> bool:
-    return f.is_dense and f.block is None and tuple(f.order or (0, 1)) == (0, 1)
-
-
 def _match_ttv(stmt: Statement, fmts: dict) -> Plan | None:
     """TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` (or ``M[j,i]``): the same walk over A's (i, j)
     segments with one column, v in place of C and no B."""
     e = stmt.expr
-    if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 1):
+    if not plain_sum(e, 1):
         return None
-    facs = _factors(e.body)
+    facs = factors(e.body)
     if facs is None or len(facs) != 2 or len({a.tensor for a in facs}) != 2:
         return None
     A, v = facs if len(facs[0].indices) == 3 else facs[::-1]
@@ -107,26 +98,23 @@ def _match_ttv(stmt: Statement, fmts: dict) -> Plan | None:
     i, j, k = A.indices
     if v.indices != (k,) or e.indices != (k,) or not fmts[v.tensor].is_dense or set(stmt.indices) != {i, j}:
         return None
-    index_order = tuple(dict.fromkeys(ix for a in accesses(stmt.expr) for ix in a.indices))
-    return Plan("ttv", (("A", A.tensor), ("V", v.tensor)), index_order, i, j, k, "",
+    return Plan("ttv", (("A", A.tensor), ("V", v.tensor)), index_order(stmt), i, j, k, "",
                 b_t=False, c_t=False, m_t=stmt.indices == (j, i), aos=_coo3(fmts[A.tensor]) == "aos")
 
 
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> Plan | None:
     """The hand-written MTTKRP (or TTV) for this specialization, or None (the sparsifier's kernel)."""
-    if out_format is not None or len(stmt.indices) != 2 or len(set(dtypes)) != 1:
-        return None
-    if dt.TABLE[dtypes[0]].kind not in _KINDS:
+    if out_format is not None or len(stmt.indices) != 2 or not one_kind(dtypes, _KINDS):
         return None
     if len(stmt.operands) == 2:
         return _match_ttv(stmt, dict(zip(stmt.operands, formats)))
     if len(stmt.operands) != 3:
         return None
     e = stmt.expr
-    if not (isinstance(e, Reduce) and e.op == "sum" and e.identity is None and len(e.indices) == 2):
+    if not plain_sum(e, 2):
         return None
-    facs = _factors(e.body)
+    facs = factors(e.body)
     if facs is None or len(facs) != 3 or len({a.tensor for a in facs}) != 3:
         return None
     fmts = dict(zip(stmt.operands, formats))
@@ -147,28 +135,23 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     rest = [a for a in facs if a is not A]
     bs = [a for a in rest if set(a.indices) == {j, r} and len(a.indices) == 2]
     cs = [a for a in rest if set(a.indices) == {k, r} and len(a.indices) == 2]
-    if len(bs) != 1 or len(cs) != 1 or not (_dense2(fmts[bs[0].tensor]) and _dense2(fmts[cs[0].tensor])):
+    if len(bs) != 1 or len(cs) != 1 or not (is_dense_rowmajor(fmts[bs[0].tensor]) and is_dense_rowmajor(fmts[cs[0].tensor])):
         return None
     B, C = bs[0], cs[0]
-    index_order = tuple(dict.fromkeys(ix for a in accesses(stmt.expr) for ix in a.indices))
-    return Plan("mttkrp", (("A", A.tensor), ("B", B.tensor), ("C", C.tensor)), index_order, i, j, k, r,
+    return Plan("mttkrp", (("A", A.tensor), ("B", B.tensor), ("C", C.tensor)), index_order(stmt), i, j, k, r,
                 b_t=B.indices == (r, j), c_t=C.indices == (r, k), m_t=stmt.indices == (r, i),
                 aos=layout == "aos")
 
 
-def _spec(nbufs: int) -> str:
-    return f"!llvm.struct<(array<3 x i64>, array<{nbufs} x i64>)>"
-
-
-def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
-    """The MLIR module (module docstring); ``formats`` by operand name, widths resolved."""
+def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bool, facts: TargetFacts) -> str:
+    """The MLIR module (module docstring); ``formats`` by operand name, widths resolved
+    (``out``: None, a dense result; ``facts``: nothing here depends on them)."""
     row = dt.TABLE[dtype]
     T = row.storage
-    fa = next(f for op, f in formats.items() if plan.role(op) == "A")
+    fa = plan.format_of("A", formats)
     pw, cw = fa.pos_width, fa.crd_width
-    PT, CT, VT, MT = f"memref<?x{_ity(pw)}>", f"memref<?x{_ity(cw)}>", f"memref<?x{T}>", f"memref<?x?x{T}>"
+    PT, CT, VT, MT = f"memref<?x{ity(pw)}>", f"memref<?x{ity(cw)}>", f"memref<?x{T}>", f"memref<?x?x{T}>"
     fl = row.kind == "float"
-    zero = f"arith.constant {'0.0' if fl else '0'} : {T}"
     lanes = VECTOR_BYTES // row.numpy.itemsize
     # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
     # one; a transposed factor or result is read column by column
@@ -183,7 +166,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         if rl == "A":
             crds = ["%A_crd"] if plan.aos else ["%A_crd0", "%A_crd1", "%A_crd2"]
             params += [f"%A_pos: {PT}"] + [f"{c}: {CT}" for c in crds] + \
-                      [f"%A_val: {VT}", f"%A_spec: {_spec(len(crds) + 2)}"]
+                      [f"%A_val: {VT}", f"%A_spec: {spec_type(3, len(crds) + 2)}"]
         else:
             params.append(f"%{rl}: {VT if rl == 'V' else MT}")
     params.append(f"%M: {MT}")
@@ -196,7 +179,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     buf_types = ", ".join([CT] * len(crds)) + f", {VT}, " + ", ".join(ty for _, ty in dense)
 
     # ---- @mttkrp_slot(slot, nnz, R, buffers): one slot's i-slices
-    s = _Text()
+    s = Text()
 
     def crd(p: str, d: int) -> str:
         if plan.aos:
@@ -212,22 +195,17 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         pos = s.op(f"arith.cmpi ugt, {p}, %c0 : index")
         inb = s.op(f"arith.cmpi ult, {p}, {bound} : index")
         ok = s.op(f"arith.andi {pos}, {inb} : i1")
-        res = s.fresh("same")
-        s(f"{res} = scf.if {ok} -> (i1) {{")
-        pm = s.op(f"arith.subi {p}, %c1 : index")
-        a, b = crd(p, 0), crd(pm, 0)
-        eq = s.op(f"arith.cmpi eq, {a}, {b} : index")
-        s(f"  scf.yield {eq} : i1")
-        s("} else {")
-        s("  scf.yield %false : i1")
-        s("}")
-        return res
+
+        def same() -> str:
+            pm = s.op(f"arith.subi {p}, %c1 : index")
+            a, b = crd(p, 0), crd(pm, 0)
+            return s.op(f"arith.cmpi eq, {a}, {b} : index")
+        return if_yield(s, ok, "i1", same, lambda: "%false", name=s.fresh("same"))
 
     def at2(mem: str, row_ix: str, col: str, transposed: bool) -> str:
         return f"{mem}[{col}, {row_ix}]" if transposed else f"{mem}[{row_ix}, {col}]"
 
-    s("%c0 = arith.constant 0 : index")
-    s("%c1 = arith.constant 1 : index")
+    s.index_constants()
     s("%c2 = arith.constant 2 : index")
     s("%cm2 = arith.constant -2 : index")
     s("%false = arith.constant false")
@@ -239,15 +217,12 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     # a slot owns nothing when its entries and the one before it are in one i-slice (the
     # coordinates are sorted): O(1), as most slots of a long slice own nothing
     first = s.op("arith.cmpi eq, " + lo + ", %c0 : index")
-    owns = s.fresh("owns")
-    s(f"{owns} = scf.if {first} -> (i1) {{")
-    s("  scf.yield %true : i1")
-    s("} else {")
-    lm = s.op(f"arith.subi {lo}, %c1 : index")
-    hm = s.op(f"arith.subi {hi}, %c1 : index")
-    ne = s.op(f"arith.cmpi ne, {crd(lm, 0)}, {crd(hm, 0)} : index")
-    s(f"  scf.yield {ne} : i1")
-    s("}")
+
+    def slices_differ() -> str:
+        lm = s.op(f"arith.subi {lo}, %c1 : index")
+        hm = s.op(f"arith.subi {hi}, %c1 : index")
+        return s.op(f"arith.cmpi ne, {crd(lm, 0)}, {crd(hm, 0)} : index")
+    owns = if_yield(s, first, "i1", lambda: "%true", slices_differ, name=s.fresh("owns"))
     s(f"scf.if {owns} {{")
     # p0: the first entry in [lo, hi) that starts an i-slice
     p0 = s.fresh("p0")
@@ -263,12 +238,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     # (tested once per segment)
     s(f"%done = scf.while (%p = {p0}) : (index) -> index {{")
     before = s.op(f"arith.cmpi ult, %p, {hi} : index")
-    more = s.fresh("more")
-    s(f"{more} = scf.if {before} -> (i1) {{")
-    s("  scf.yield %true : i1")
-    s("} else {")
-    s(f"  scf.yield {same_row('%p', '%nnz')} : i1")
-    s("}")
+    more = if_yield(s, before, "i1", lambda: "%true", lambda: same_row("%p", "%nnz"), name=s.fresh("more"))
     s(f"scf.condition({more}) %p : index")
     s("} do {")
     s("^bb0(%ps: index):")
@@ -277,15 +247,13 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     q = s.fresh("q")
     s(f"{q} = scf.while (%e = {p1}) : (index) -> index {{")
     inb = s.op("arith.cmpi ult, %e, %nnz : index")
-    same = s.fresh("same")
-    s(f"{same} = scf.if {inb} -> (i1) {{")
-    ie, je = crd("%e", 0), crd("%e", 1)
-    e1 = s.op(f"arith.cmpi eq, {ie}, {iv} : index")
-    e2 = s.op(f"arith.cmpi eq, {je}, {jv} : index")
-    s(f"  scf.yield {s.op(f'arith.andi {e1}, {e2} : i1')} : i1")
-    s("} else {")
-    s("  scf.yield %false : i1")
-    s("}")
+
+    def same_segment() -> str:
+        ie, je = crd("%e", 0), crd("%e", 1)
+        e1 = s.op(f"arith.cmpi eq, {ie}, {iv} : index")
+        e2 = s.op(f"arith.cmpi eq, {je}, {jv} : index")
+        return s.op(f"arith.andi {e1}, {e2} : i1")
+    same = if_yield(s, inb, "i1", same_segment, lambda: "%false", name=s.fresh("same"))
     s(f"scf.condition({same}) %e : index")
     s("} do {")
     s("^bb0(%e1: index):")
@@ -301,7 +269,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         nb = s.op(f"arith.divui {left}, {cw_} : index")
         span = s.op(f"arith.muli {nb}, {cw_} : index")
         end = s.op(f"arith.addi {start}, {span} : index")
-        zv = s.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {ty}" if w > 1 else zero)
+        zv = s.op(f"arith.constant dense<{'0.0' if fl else '0'}> : {ty}" if w > 1 else zero(row))
         rb = s.fresh("rb")
         s(f"scf.for {rb} = {start} to {end} step {cw_} {{")
         def term(x: str, v: str) -> str:
@@ -317,9 +285,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
             else:
                 cv = s.op(f"memref.load {at2('%C', kv, rb, plan.c_t)} : {MT}")
                 asp = av
-            if fl:
-                return s.op(f"math.fma {asp}, {cv}, {v} : {ty}")
-            return s.op(f"arith.addi {v}, {s.op(f'arith.muli {asp}, {cv} : {ty}')} : {ty}")
+            return multiply_add(s, fl, asp, cv, v, ty)
 
         # two accumulators (even / odd entries of the segment, then the odd tail into the
         # first): a single chain of dependent FMAs was the loop's bound
@@ -336,11 +302,11 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         s(f"{tail} = scf.for %x = {mid} to {q} step %c1 iter_args(%et = {two}#0) -> ({ty}) {{")
         s(f"  scf.yield {term('%x', '%et')} : {ty}")
         s("}")
-        acc = s.op((f"arith.addf {tail}, {two}#1 : {ty}") if fl else (f"arith.addi {tail}, {two}#1 : {ty}"))
+        acc = s.op(arith(row, "+", tail, f"{two}#1", ty))
         if ttv:     # M[i,j] += t
             mat = at2("%M", iv, jv, plan.m_t)
             mv = s.op(f"memref.load {mat} : {MT}")
-            out = s.op((f"arith.addf {mv}, {acc} : {T}") if fl else (f"arith.addi {mv}, {acc} : {T}"))
+            out = s.op(arith(row, "+", mv, acc))
             s(f"  memref.store {out}, {mat} : {MT}")
             s("}")
             continue
@@ -350,10 +316,7 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
         else:
             bv = s.op(f"memref.load {at2('%B', jv, rb, plan.b_t)} : {MT}")
             mv = s.op(f"memref.load {at2('%M', iv, rb, plan.m_t)} : {MT}")
-        if fl:
-            out = s.op(f"math.fma {bv}, {acc}, {mv} : {ty}")
-        else:
-            out = s.op(f"arith.addi {mv}, {s.op(f'arith.muli {bv}, {acc} : {ty}')} : {ty}")
+        out = multiply_add(s, fl, bv, acc, mv, ty)
         if w > 1:
             s(f"  vector.store {out}, %M[{iv}, {rb}] : {MT}, {ty}")
         else:
@@ -364,24 +327,18 @@ def emit(plan: Plan, formats: dict, dtype: str, parallel: bool) -> str:
     s("}")
     s("}")
     s("return")
-    slot_fn = [f"func.func private @mttkrp_slot(%slot: index, %nnz: index, %R: index, {buf_params}) {{"]
-    slot_fn += [f"  {ln}" for ln in s.lines] + ["}"]
+    slot_fn = function(f"func.func private @mttkrp_slot(%slot: index, %nnz: index, %R: index, {buf_params}) {{",
+                       s.lines)
 
     # ---- @kernel: the slots, in parallel
-    t = _Text()
-    t("%c0 = arith.constant 0 : index")
-    t("%c1 = arith.constant 1 : index")
+    t = Text()
+    t.index_constants()
     nnz = t.load_index("%A_pos", "%c1", pw)
     slots = t.op(f"arith.ceildivui {nnz}, {t.op(f'arith.constant {SLOT} : index')} : index")
     R = "%c1" if ttv else f"%size_{plan.r}"
-    if parallel:
-        t(f"scf.parallel (%s) = (%c0) to ({slots}) step (%c1) {{")
-    else:
-        t(f"scf.for %s = %c0 to {slots} step %c1 {{")
+    opening, closing = loop(parallel, "%s", "%c0", slots)
+    t(opening)
     t(f"  func.call @mttkrp_slot(%s, {nnz}, {R}, {buf_args}) : (index, index, index, {buf_types}) -> ()")
-    if parallel:
-        t("  scf.reduce")
-    t("}")
+    t(closing)
     t("return")
-    head = f"func.func @kernel({', '.join(params)}) attributes {{llvm.emit_c_interface}} {{"
-    return _module(slot_fn, head, t.lines)
+    return module(slot_fn, kernel_head(params), t.lines)
