@@ -15,6 +15,29 @@ def test_every_handwritten_kernel_emits_the_recorded_mlir():
     assert not changed, f"{len(changed)} of {len(want)} hand-written kernels emit other MLIR, e.g. {changed[:3]}"
 
 
+def test_emission_is_the_same_in_other_processes():
+    """Another process, another hash seed, the cases in reverse order: the same text.  (The
+    SDDMM with X and Y both stored transposed freed its two row-major copies in the order of a
+    set of their names, so its MLIR, and its disk-cache key, changed with PYTHONHASHSEED.)"""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "import kernel_corpus as kc\n"
+            "want = kc.load(); cases = kc._cases()[::-1]\n"
+            "got = {repr(c): {'parallel': kc.sha(kc.emit(c, kc.FACTS, True)[1]),\n"
+            "                 'serial': kc.sha(kc.emit(c, kc.FACTS, False)[1])} for c in cases}\n"
+            "bad = [c for c in got if {k: want[c][k] for k in ('parallel', 'serial')} != got[c]]\n"
+            "print(len(bad), len(got), *bad[:3])\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for seed in ("4", "4242"):
+        out = subprocess.run([sys.executable, "-c", code, os.path.dirname(here), here], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        differ, n, *which = out.stdout.split(maxsplit=2)
+        assert int(n) > 200 and int(differ) == 0, f"PYTHONHASHSEED={seed}: {differ} of {n} differ: {which}"
+
+
 def test_emission_reads_the_target_facts_not_the_host():
     """Another host (``platform.machine()`` and ``sys.platform`` say aarch64 / darwin before
     sparsecc is imported): for the same facts, the same text as recorded.  (The SpGEMM and

@@ -134,8 +134,9 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t("}")
     t("}")
     t(closing)
-    for w in {xs, ys} - {"%X", "%Y"}:
-        t(f"memref.dealloc {w} : memref<?x?x{row.storage}>")
+    for w in (xs, ys):      # the row-major copies, in this order (a set's order changed with the hash seed)
+        if w not in ("%X", "%Y"):
+            t(f"memref.dealloc {w} : memref<?x?x{row.storage}>")
     return_csr(t, m, n, m1, nnz, out, row.storage)
     decl.append(FLAG_DECL)
     params = operand_params(plan, formats, row.storage)
