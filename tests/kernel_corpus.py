@@ -103,12 +103,8 @@ def emit(case: tuple, facts: dict, parallel: bool) -> tuple[str, str] | None:
     source, text, fmts, dtypes, out = case
     stmt = parse_einsum(text, len(fmts)) if source == "einsum" else parse_notation(text)
     formats = tuple(_format(f) for f in fmts)
-    try:
-        from sparsecc.kernel_abi import TargetFacts
-    except ImportError:     # (before the facts existed: the host's, read at import)
-        r = fast_paths.route(stmt, formats, tuple(dtypes), _format(out))
-    else:
-        r = fast_paths.route(stmt, formats, tuple(dtypes), _format(out), facts=TargetFacts(**facts))
+    from sparsecc.kernel_abi import TargetFacts
+    r = fast_paths.route(stmt, formats, tuple(dtypes), _format(out), facts=TargetFacts(**facts))
     if r is None:
         return None
     return r.kind, r.emit(parallel)
