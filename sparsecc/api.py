@@ -366,6 +366,14 @@ def _expand(subscripts: str, operands: tuple, formats):
             if len(t) == len(sh) else [] for t, sh in zip(terms, shapes)]
     if not has_dots and not any(drop):
         return subscripts, operands, formats
+    if not arrow:
+        # NumPy's implicit output: the indices that appear once in the subscripts as written
+        # (a dropped size-1 dimension must not turn an index it shares into a "once" index)
+        counts: dict[str, int] = {}
+        for t in terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        rhs, arrow = "".join(sorted(c for c, n in counts.items() if n == 1)), "->"
     operands, formats = list(operands), list(formats) if formats is not None else None
     for k, d in enumerate(drop):
         if d:
