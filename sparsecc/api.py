@@ -375,10 +375,18 @@ def _expand(subscripts: str, operands: tuple, formats):
                 counts[c] = counts.get(c, 0) + 1
         rhs, arrow = "".join(sorted(c for c, n in counts.items() if n == 1)), "->"
     operands, formats = list(operands), list(formats) if formats is not None else None
+    spare = [c for c in _LETTERS if c not in set(",".join(terms) + rhs)]
     for k, d in enumerate(drop):
         if d:
             terms[k] = "".join(c for j, c in enumerate(terms[k]) if j not in d)
             operands[k] = _drop_dims(operands[k], d, f"operand {k}")
+            if not terms[k] and getattr(operands[k], "ndim", 0) == 1:
+                # a sparse operand broadcast in every dimension: a length-1 vector over an index
+                # of its own, summed (a SciPy array has no rank 0)
+                if not spare:
+                    raise ParseError(f"{subscripts!r}: no unused index letter is left to read operand {k} "
+                                     f"(broadcast in every dimension) with")
+                terms[k] = spare.pop(0)
             if formats is not None and formats[k] is not None and not (
                     isinstance(formats[k], str) and formats[k].strip().lower() in ("dense", "coo", "csf")):
                 formats[k] = None       # a rank-specific format no longer fits: the operand's own
@@ -388,7 +396,8 @@ def _expand(subscripts: str, operands: tuple, formats):
 
 def _drop_dims(x, dims: list[int], what: str):
     """Operand ``x`` without its size-1 dimensions ``dims`` (a view of a dense operand; the
-    same coordinate and value arrays for a sparse one)."""
+    same coordinate and value arrays for a sparse one, which keeps one size-1 dimension when
+    ``dims`` are all of them)."""
     if type(x).__module__.startswith("dask."):     # a Dask array: a lazy view without those dimensions
         return x[tuple(0 if d in dims else slice(None) for d in range(x.ndim))]
     if not sp.issparse(x) and not isinstance(x, np.ndarray):
@@ -397,7 +406,8 @@ def _drop_dims(x, dims: list[int], what: str):
         x = as_operand(x, what)
         validate(x, what)           # SciPy's tocoo trusts the buffers: check them first
         c = to_coo(x)
-        keep = [d for d in range(c.ndim) if d not in dims]
+        # broadcast in every dimension: keep one (of size 1; the caller gives it its own index)
+        keep = [d for d in range(c.ndim) if d not in dims] or list(dims[:1])
         out = sp.coo_array((c.data, tuple(c.coords[d] for d in keep)), shape=tuple(c.shape[d] for d in keep))
         out.has_canonical_format = bool(c.has_canonical_format)
         return out
