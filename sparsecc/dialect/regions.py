@@ -408,24 +408,29 @@ class Body(Casts):
         if not isinstance(const_branch, Const):
             raise DTypeError(f"where over sparse operands needs a constant branch: {e}")
         bt = body_type(row)
-        c = self.value(e.cond, BOOL)
-        v = self.value(tensor_branch, row)
+        kval = const_branch.value
 
         def sel(p, q):
             kc = self.value(const_branch, row)
             return self.select(p, q, kc, row) if k == 1 else self.select(p, kc, q, row)
+        if not self.sparse_in(e.cond):
+            return self._where_dense_condition(e.cond, tensor_branch, sel, row, kval)
+        c = self.value(e.cond, BOOL)
+        v = self.value(tensor_branch, row)
         overlap = self.region(["i8", bt], sel, bt)
         left = right = None
         if not self.stored:
-            kval = const_branch.value
-            # both absent: the condition is false -> the false branch at 0
-            both = 0 if k == 1 else kval
+            # both absent: the condition is false (an unstored condition is 0) and the tensor
+            # branch is 0: where(0, v, K) = K, where(0, K, v) = 0
+            both = kval if k == 1 else 0
             if both != 0:
                 c = self._densified(c, BOOL) if self.sparse_in(e.cond) else c
                 v = self._densified(v, row) if self.sparse_in(tensor_branch) else v
             else:
-                # condition stored, branch absent: select(c, 0, k) or select(c, k, 0)
-                if (k == 1 and kval != 0) or k == 0:
+                # condition stored, branch absent: select(c, 0, K) or select(c, K, 0), which is
+                # 0 everywhere for K == 0 (no region: a region yielding only zeros makes the
+                # loop visit every coordinate for nothing)
+                if kval != 0:
                     left = self.region(["i8"], lambda p: sel(p, self.emit(const_text(0, row)[0])), bt)
                 # branch stored, condition absent (false): the false branch
                 if k == 0:
@@ -434,6 +439,40 @@ class Body(Casts):
                     right = self.region([bt], lambda q: self.value(const_branch, row), bt)
         return self.sparse_op(f"sparse_tensor.binary {c}, {v} : i8, {bt} to {bt}",
                               [("overlap", overlap), ("left", left), ("right", right)])
+
+    def _where_dense_condition(self, cond: Expr, tensor_branch: Expr, sel, row: dt.DType, kval) -> str:
+        """``where`` whose condition reads dense operands only: ``sparse_tensor.unary`` of the
+        tensor branch, the condition computed inside its ``present`` region from the
+        generic's block arguments (which the sparsifier turns into loads of the dense
+        operands there; an ``absent`` region may not compute anything), where ``c`` picks the
+        branch's value or the constant.  ``absent`` is empty: for a zero constant (or under
+        stored semantics) the result keeps the branch's pattern; for another constant every
+        entry gets a value, and the branch is read densely first (an absent entry is a 0).
+
+        MLIR 22 miscompiles the ``sparse_tensor.binary`` of such a condition (a
+        ``sparse_tensor.unary`` of a dense operand) with a sparse branch when the condition is
+        invariant in the inner loop (``x[j]`` next to CSC operands, ``y[i]`` next to CSR ones,
+        i.e. the operands' level order is not the order of the condition's dimensions): the
+        loop co-iterating the two halves of ``where(c, a, b)`` stored the tail of one
+        operand's entries and then a 0 over each (entries lost or, in a sparse result,
+        duplicated coordinates); ``where(c, a, b)`` without arithmetic on a branch, and
+        ``where(x[j] > 0.5, 3.0, B[i,j])`` over CSC, crashed the sparsifier."""
+        bt = body_type(row)
+        v = self.value(tensor_branch, row)
+
+        def condition():
+            outer, self.sparse_loop = self.sparse_loop, False   # plain arith on dense values
+            try:
+                return self.value(cond, BOOL)
+            finally:
+                self.sparse_loop = outer
+        if kval != 0 and not self.stored and self.sparse_in(tensor_branch):
+            # every entry gets a value: the branch read densely (an absent entry is a 0; an
+            # absent region may not compute the condition)
+            v = self._densified(v, row)
+        present = self.region([bt], lambda q: sel(condition(), q), bt)
+        return self.sparse_op(f"sparse_tensor.unary {v} : {bt} to {bt}",
+                              [("present", present), ("absent", None)])
 
     def unary(self, e: Unary, row: dt.DType) -> str:
         arg_row = row_of(self.node_dtypes[e.arg])
