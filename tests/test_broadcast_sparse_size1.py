@@ -80,3 +80,11 @@ def test_1x1_under_a_semiring():
     assert sp.issparse(got) and got.shape == (2, 3) and got.nnz == 0
     got = sc.einsum("ij,ij->ij", A, sp.csr_array((1, 1)), semiring="min_plus", out_format="dense")
     assert got.shape == (2, 3) and np.all(np.isinf(got))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "dense"])
+def test_1x1_with_a_format(fmt):
+    """A format given for it (a matrix format no longer fits a vector: the operand's own)."""
+    rng = np.random.default_rng(seed("formats", fmt))
+    X, Y = rng.random((3, 4)), rng.random((5, 3))
+    _check("jk,kl,lj->kj", X, sp.csr_array([[2.0]]), Y, formats=[None, fmt, None])
