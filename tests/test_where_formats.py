@@ -35,19 +35,20 @@ def _where(c, a, b):
 
 #: statement -> NumPy on dense copies (A, B: (m, n); x: (n,); y: (m,))
 EXPRS = {
-    "C[i,j] = where(x[j] > 0.5, A[i,j], 2.0 * B[i,j])": lambda A, B, x, y: _where(x[None, :] > .5, A, 2.0 * B),
-    "C[i,j] = where(x[j] > 0.5, A[i,j], B[i,j])": lambda A, B, x, y: _where(x[None, :] > .5, A, B),
-    "C[i,j] = where(y[i] > 0.5, A[i,j], B[i,j])": lambda A, B, x, y: _where(y[:, None] > .5, A, B),
-    "C[i,j] = where(A[i,j] > 4, A[i,j], B[i,j])": lambda A, B, x, y: _where(A > 4, A, B),
-    "C[i,j] = where(A[i,j] > 4, B[i,j], 1.0)": lambda A, B, x, y: _where(A > 4, B, 1.0),
-    "C[i,j] = where(A[i,j] > 4, 1.0, B[i,j])": lambda A, B, x, y: _where(A > 4, 1.0, B),
-    "C[i,j] = where(x[j] > 0.5, B[i,j], 3.0)": lambda A, B, x, y: _where(x[None, :] > .5, B, 3.0),
-    "C[i,j] = where(x[j] > 0.5, 3.0, B[i,j])": lambda A, B, x, y: _where(x[None, :] > .5, 3.0, B),
-    "C[i,j] = where(x[j] > 0.5, 0, B[i,j])": lambda A, B, x, y: _where(x[None, :] > .5, 0.0, B),
-    "C[i,j] = where(y[i] > 0.5, A[i,j], 0) * B[i,j]": lambda A, B, x, y: _where(y[:, None] > .5, A, 0.0) * B,
-    # stored(...): only where the condition and both branches store an entry (x is dense)
+    "C[i,j] = where(x[j] > 0.5, A[i,j], 2.0 * B[i,j])": lambda A, B, x, y, **_: _where(x[None, :] > .5, A, 2.0 * B),
+    "C[i,j] = where(x[j] > 0.5, A[i,j], B[i,j])": lambda A, B, x, y, **_: _where(x[None, :] > .5, A, B),
+    "C[i,j] = where(y[i] > 0.5, A[i,j], B[i,j])": lambda A, B, x, y, **_: _where(y[:, None] > .5, A, B),
+    "C[i,j] = where(A[i,j] > 4, A[i,j], B[i,j])": lambda A, B, x, y, **_: _where(A > 4, A, B),
+    "C[i,j] = where(A[i,j] > 4, B[i,j], 1.0)": lambda A, B, x, y, **_: _where(A > 4, B, 1.0),
+    "C[i,j] = where(A[i,j] > 4, 1.0, B[i,j])": lambda A, B, x, y, **_: _where(A > 4, 1.0, B),
+    "C[i,j] = where(x[j] > 0.5, B[i,j], 3.0)": lambda A, B, x, y, **_: _where(x[None, :] > .5, B, 3.0),
+    "C[i,j] = where(x[j] > 0.5, 3.0, B[i,j])": lambda A, B, x, y, **_: _where(x[None, :] > .5, 3.0, B),
+    "C[i,j] = where(x[j] > 0.5, 0, B[i,j])": lambda A, B, x, y, **_: _where(x[None, :] > .5, 0.0, B),
+    "C[i,j] = where(y[i] > 0.5, A[i,j], 0) * B[i,j]": lambda A, B, x, y, **_: _where(y[:, None] > .5, A, 0.0) * B,
+    # stored(...): only where the condition and both branches store an entry (x is dense, and
+    # so is a dense A or B: stored everywhere)
     "C[i,j] = stored(where(x[j] > 0.5, A[i,j], B[i,j]))":
-        lambda A, B, x, y: _where((A != 0) & (B != 0), _where(x[None, :] > .5, A, B), 0.0),
+        lambda A, B, x, y, sa, sb: _where(sa & sb, _where(x[None, :] > .5, A, B), 0.0),
 }
 #: those selecting a nonzero constant: a value at every entry, so no sparse result
 EVERY_ENTRY = {e for e in EXPRS if "1.0" in e or "3.0" in e}
@@ -100,7 +101,9 @@ def _check(expr: str, fa: str, fb: str, out):
         elif out is not None:
             assert sp.issparse(got) and got.format == out, (type(got), out)
         got = got.toarray() if sp.issparse(got) else np.asarray(got)
-        want = EXPRS[expr](A, B, x, y)
+        stored_a = np.full(A.shape, True) if fa == "dense" else A != 0
+        stored_b = np.full(B.shape, True) if fb == "dense" else B != 0
+        want = EXPRS[expr](A, B, x, y, sa=stored_a, sb=stored_b)
         assert got.dtype == want.dtype, (got.dtype, want.dtype)
         assert np.array_equal(got, want), f"{expr} {fa}/{fb} -> {out}\nA=\n{A}\nB=\n{B}\nx={x} y={y}\n" \
                                           f"got\n{got}\nwant\n{want}"
@@ -115,6 +118,7 @@ DEFAULT = [
     ("C[i,j] = where(A[i,j] > 4, B[i,j], 1.0)", "csr", "csr", None),
     ("C[i,j] = where(x[j] > 0.5, B[i,j], 3.0)", "csc", "csc", "dense"),
     ("C[i,j] = where(x[j] > 0.5, 0, B[i,j])", "csc", "csc", "dense"),
+    ("C[i,j] = stored(where(x[j] > 0.5, A[i,j], B[i,j]))", "csc", "dense", None),
 ]
 
 
