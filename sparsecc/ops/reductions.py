@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..api import evaluate
-from ..errors import OperandError, ShapeError, SparseccError
+from ..errors import DTypeError, OperandError, ShapeError, SparseccError
 from ..runtime.operands import as_operand
 from ._args import dim_or_axis, required
 
@@ -329,6 +329,8 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
         raise OperandError(f"index must hold integers, got {idx.dtype}")
     if src.dtype != x.dtype:
         raise OperandError(f"src ({src.dtype}) and input ({x.dtype}) must have the same dtype, as in torch")
+    if reduce == "mean" and x.dtype.kind not in "iufc":
+        raise DTypeError(f"scatter_reduce 'mean' of {x.dtype} values is not defined (torch refuses it too)")
     d = _one_axis(dim, x.ndim, "dim")
     for k in range(x.ndim):
         if idx.shape[k] > src.shape[k] or (k != d and idx.shape[k] > x.shape[k]):
@@ -350,9 +352,17 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
     red = f"{op}[e](second(E[{t},e], v[e]))"
     count = f"plus[c](pair(E[{t},c], 1))"
     X = _acc("X", names)
+    ops = {"X": x, "E": E, "v": values}
     if reduce == "mean":
-        div = "//" if x.dtype.kind in "iub" else "/"
-        combined = f"({X} + {red}) {div} ({count} + 1)" if include_self else f"{red} {div} max({count}, 1)"
+        # divided by the count in the input's dtype, as torch counts (the int64 count of
+        # pair(E, 1) widened a float32 mean to float64 and an int32 one to int64); integers
+        # floor-divide like torch, by at least 1 where nothing is counted (not selected)
+        ops["one"] = np.ones((), x.dtype)
+        n = f"plus[m](second(E[{t},m], one))"
+        if x.dtype.kind == "i":
+            combined = f"({X} + {red}) // ({n} + 1)" if include_self else f"{red} // max({n}, 1)"
+        else:
+            combined = f"({X} + {red}) / ({n} + 1)" if include_self else f"{red} / {n}"
         combined = f"stored({combined})"
     elif include_self:
         combined = {"plus": f"{X} + {red}", "times": f"{X} * {red}", "max": f"max({X}, {red})",
@@ -360,7 +370,7 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
     else:
         combined = red
     text = f"{_acc('O', names)} = where({count} > 0, {combined}, {X})"
-    return _run(text, "dense", X=x, E=E, v=values)
+    return _run(text, "dense", **ops)
 
 
 def _scatter_pattern(targets: np.ndarray, shape) -> sp.coo_array:
