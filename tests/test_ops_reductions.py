@@ -317,6 +317,22 @@ def test_coalesce_with_any_reduction(reduce, rank):
     assert np.all(np.diff(lin) > 0)                         # sorted, unique
 
 
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.int32, np.int64])
+def test_coalesce_mean_dtype_is_numpys_mean(dtype):
+    """A float32 (complex64) mean of duplicates stays float32 (complex64) and integers give
+    float64, as numpy.mean (its count was an int64: float32 became float64)."""
+    rng = np.random.default_rng(7)
+    coords = (np.array([0, 2, 0, 1, 2, 0]), np.array([1, 0, 1, 1, 0, 1]))
+    vals = (rng.integers(-5, 6, 6) if np.dtype(dtype).kind == "i" else rng.standard_normal(6)).astype(dtype)
+    out = ops.coalesce(sp.coo_array((vals, coords), shape=(3, 2)), "mean")
+    want = {(0, 1): vals[[0, 2, 5]].mean(), (2, 0): vals[[1, 4]].mean(), (1, 1): vals[[3]].mean()}
+    assert out.dtype == np.mean(vals).dtype
+    got = {(int(i), int(j)): v for i, j, v in zip(*out.coords, out.data)}
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-6)
+
 def test_coalesce_empty_and_errors():
     E = sp.coo_array((3, 3))
     assert ops.coalesce(E).nnz == 0

@@ -409,11 +409,15 @@ def coalesce(input, reduce: str = "sum"):
     E.has_sorted_indices = True
     values = np.ascontiguousarray(A.data)
     op = _REDUCES[reduce]
+    ops = {"E": E, "v": values}
     if reduce == "mean":
-        text = "y[u] = stored(plus[e](second(E[u,e], v[e])) / plus[c](pair(E[u,c], 1)))"
+        # numpy.mean's dtype (float32 stays float32, integers are summed in float64): the
+        # values and the count in it (pair(E, 1) counted in int64, which widened float32)
+        ops["one"] = np.ones((), np.result_type(np.mean(np.zeros(1, values.dtype))))
+        text = "y[u] = stored(plus[e](second(E[u,e], v[e]) * one) / plus[c](second(E[u,c], one)))"
     else:
         text = f"y[u] = {op}[e](second(E[u,e], v[e]))"
-    vals = _run(text, "dense", E=E, v=values)
+    vals = _run(text, "dense", **ops)
     out = sp.coo_array((vals, np.unravel_index(uniq, A.shape)), shape=A.shape)
     out.has_canonical_format = True
     return out
@@ -433,8 +437,15 @@ def pow(input, exponent, *, out_format=None):  # noqa: A001
         e = np.asarray(exponent, np.result_type(x.dtype, exponent))
         return _run(f"{_acc('O', idx)} = stored(pow({X}, e))", out_format, X=x, e=e)
     e = as_operand(exponent, "exponent")
+    if x.dtype.kind in "iub" and e.dtype.kind in "iub" and e.size:
+        stored = e.data if sp.issparse(e) else e
+        if stored.size and stored.min() < 0:
+            raise DTypeError("integers to negative integer powers are not allowed (as in NumPy and torch); "
+                             "for a float result give a float exponent")
     if e.ndim == 0:
-        e = np.asarray(e, np.result_type(x.dtype, e))
+        # a Python scalar stays weak (NumPy's and torch's rule: float32 ** -1.0 is float32)
+        weak = exponent if isinstance(exponent, numbers.Number) else e
+        e = np.asarray(e, np.result_type(x.dtype, weak))
         return _run(f"{_acc('O', idx)} = pow({X}, e)", out_format, X=x, e=e)
     if tuple(e.shape) != tuple(x.shape):
         raise ShapeError(f"exponent shape {tuple(e.shape)} differs from input shape {tuple(x.shape)}")
@@ -455,8 +466,9 @@ def where(condition, input, other, *, out_format=None):
         return _run(f"{_acc('O', idx)} = where({C}, {X}, 0)", out_format, C=c, X=x)
     y = _operand(other, "other")
     if y.ndim == 0:
+        weak = other if isinstance(other, numbers.Number) else y     # a Python scalar stays weak
         return _run(f"{_acc('O', idx)} = where({C}, {X}, y)", out_format, C=c, X=x,
-                    y=np.asarray(y, np.result_type(x.dtype, y)))
+                    y=np.asarray(y, np.result_type(x.dtype, weak)))
     if tuple(y.shape) != tuple(x.shape):
         raise ShapeError(f"other shape {tuple(y.shape)} differs from input shape {tuple(x.shape)}")
     return _run(f"{_acc('O', idx)} = where({C}, {X}, {_acc('Y', idx)})", out_format, C=c, X=x, Y=y)
