@@ -647,3 +647,23 @@ def test_in_memory_sparse_operand_beside_a_dask_one(client, kind, expr, shape, c
     np.testing.assert_allclose(dense(sc.einsum(f"{a[-1]},{a}->{out}", dx, A).compute()), want)
     after = client.run(_counters)
     assert all(after[w][2] == before[w][2] for w in after), (before, after)
+
+
+def test_op_python_scalars_keep_a_float32_dtype_over_dask_arrays(client, rng):
+    """As in memory (tests/test_ops_linalg.py): a Python scalar is weak, so add/sub/div/where/
+    pow(-1.0) of float32 blocks stay float32, lazily declared and computed (they were float64)."""
+    A = random_sparse((8, 6), 0.4, np.float32, rng, fmt="csr")
+    M = random_sparse((8, 6), 0.4, np.float32, rng, fmt="csr")
+    Ad, Md = dense(A), dense(M) != 0
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)
+    dM = da.from_array(M, chunks=(4, 3), asarray=False)
+    with np.errstate(divide="ignore"):
+        cases = [(sc.ops.add(dA, 2.5), Ad + 2.5), (sc.ops.sub(dA, 1.5, alpha=2), Ad - 3.0), (sc.ops.div(dA, 2), Ad / 2),
+                 (sc.ops.where(dM, dA, 2.5), np.where(Md, Ad, 2.5)), (sc.ops.pow(dA, -1.0), Ad ** -1.0)]
+    for k, (got, want) in enumerate(cases):
+        assert want.dtype == np.float32 and got.dtype == np.float32, k
+        got = got.compute()
+        assert got.dtype == np.float32, k
+        np.testing.assert_allclose(dense(got), want, rtol=1e-6, err_msg=str(k))
+    with pytest.raises(sc.DTypeError, match="negative"):
+        sc.ops.pow(da.from_array(np.arange(6).reshape(2, 3), chunks=2), -1)
