@@ -600,3 +600,70 @@ def test_op_pow_where_and_masks_over_dask_arrays(client, rng):
     got = got.compute()
     assert type(got).__module__.startswith("sparse") and got.nnz == T.nnz
     np.testing.assert_allclose(dense(got), np.where(dense(T) != 0, E, 0))
+
+
+def _in_memory(kind, d):
+    """``d`` (dense, test data) as the in-memory operand kind ``kind``."""
+    if kind == "bsr":
+        return sp.bsr_array(d, blocksize=(2, 2))
+    if kind == "bsr_matrix":
+        return sp.bsr_matrix(d, blocksize=(2, 2))
+    if kind == "coo_matrix":
+        return sp.coo_matrix(d)
+    if kind in ("csr_matrix", "csc_matrix"):
+        return getattr(sp, kind)(d)
+    if kind == "pydata":
+        return sparse.COO.from_numpy(d)
+    return sp.coo_array(d)
+
+
+_M, _T = ("ij,j->i", (6, 4)), ("ijk,k->ij", (4, 3, 4))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-chunk", "split"])
+@pytest.mark.parametrize("kind,expr,shape,case", [
+    ("bsr", *_M, "random"), ("bsr", *_M, "empty"), ("bsr", *_M, "single"), ("bsr_matrix", *_M, "random"),
+    ("coo_matrix", *_M, "random"), ("coo_matrix", *_M, "empty"), ("csr_matrix", *_M, "random"),
+    ("csc_matrix", *_M, "single"), ("coo", *_M, "random"), ("coo", *_T, "random"), ("pydata", *_T, "single"),
+    ("coo", "j,j->j", (4,), "random")])
+def test_in_memory_sparse_operand_beside_a_dask_one(client, kind, expr, shape, case, split, rng):
+    """An in-memory operand whose indices the Dask operand leaves in one chunk is one block
+    itself (BSR and coo_matrix cannot be sliced: a raw NotImplementedError / TypeError at
+    .compute() before); split, its blocks are slices.  Both operand orders; the library
+    shipped with the graph is the one the blocks run (no worker compiles)."""
+    d = rng.random(shape) * (rng.random(shape) < 0.5)
+    if case == "empty":
+        d[...] = 0
+    elif case == "single":
+        d[...] = 0
+        d[(1,) * len(shape)] = 2.5
+    A = _in_memory(kind, d)
+    x = rng.random(shape[-1])
+    dx = da.from_array(x, chunks=2 if split else shape[-1])
+    a, out = expr.split(",")[0], expr.split("->")[1]
+    want = np.einsum(expr, d, x)
+    before = client.run(_counters)
+    np.testing.assert_allclose(dense(sc.einsum(expr, A, dx).compute()), want)
+    np.testing.assert_allclose(dense(sc.einsum(f"{a[-1]},{a}->{out}", dx, A).compute()), want)
+    after = client.run(_counters)
+    assert all(after[w][2] == before[w][2] for w in after), (before, after)
+
+
+def test_op_python_scalars_keep_a_float32_dtype_over_dask_arrays(client, rng):
+    """As in memory (tests/test_ops_linalg.py): a Python scalar is weak, so add/sub/div/where/
+    pow(-1.0) of float32 blocks stay float32, lazily declared and computed (they were float64)."""
+    A = random_sparse((8, 6), 0.4, np.float32, rng, fmt="csr")
+    M = random_sparse((8, 6), 0.4, np.float32, rng, fmt="csr")
+    Ad, Md = dense(A), dense(M) != 0
+    dA = da.from_array(A, chunks=(3, 4), asarray=False)
+    dM = da.from_array(M, chunks=(4, 3), asarray=False)
+    with np.errstate(divide="ignore"):
+        cases = [(sc.ops.add(dA, 2.5), Ad + 2.5), (sc.ops.sub(dA, 1.5, alpha=2), Ad - 3.0), (sc.ops.div(dA, 2), Ad / 2),
+                 (sc.ops.where(dM, dA, 2.5), np.where(Md, Ad, 2.5)), (sc.ops.pow(dA, -1.0), Ad ** -1.0)]
+    for k, (got, want) in enumerate(cases):
+        assert want.dtype == np.float32 and got.dtype == np.float32, k
+        got = got.compute()
+        assert got.dtype == np.float32, k
+        np.testing.assert_allclose(dense(got), want, rtol=1e-6, err_msg=str(k))
+    with pytest.raises(sc.DTypeError, match="negative"):
+        sc.ops.pow(da.from_array(np.arange(6).reshape(2, 3), chunks=2), -1)

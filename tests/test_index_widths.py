@@ -364,3 +364,84 @@ def test_ir_before_and_after_calls_of_each_width(rng):
         x = rng.random(8)
         assert_matches(k(A, x), A.toarray() @ x)
         assert f"posWidth = {w}, crdWidth = {w}" in k.ir()
+
+
+def _columns_layouts(cols):
+    """Coordinate tuples over ``cols`` (a C-ordered (nnz, 3) array): which ones are the
+    columns of one (nnz, rank) array (read as the coordinate buffer) and which only look so."""
+    n = cols.shape[0]
+    wide = np.zeros((n, 4), cols.dtype)
+    wide[:, :3] = cols
+    flat = cols.reshape(-1)
+    return {
+        "aos": (tuple(cols[:, k] for k in range(3)), cols.ctypes.data),
+        "aos-of-a-1d-base": (tuple(flat[k::3] for k in range(3)), cols.ctypes.data),   # the same bytes
+        "3-of-4-columns": (tuple(wide[:, k] for k in range(3)), None),    # stride 4: not this layout
+        "swapped-columns": ((cols[:, 1], cols[:, 0], cols[:, 2]), None),   # same base, wrong offsets
+        "repeated-column": ((cols[:, 0], cols[:, 0], cols[:, 2]), None),
+        "every-other-row": (tuple(cols[::2, k] for k in range(3)), None),
+        "fortran": (tuple(np.asfortranarray(cols)[:, k] for k in range(3)), None),   # SoA: contiguous
+        "byte-swapped": (tuple(cols.astype(cols.dtype.newbyteorder(">"))[:, k] for k in range(3)), None),
+    }
+
+
+@pytest.mark.parametrize("layout", ["aos", "aos-of-a-1d-base", "3-of-4-columns", "swapped-columns", "repeated-column",
+                                    "every-other-row", "fortran", "byte-swapped"])
+@pytest.mark.parametrize("idx", IDX)
+def test_only_exact_columns_of_one_array_are_the_coordinate_buffer(rng, passed, layout, idx):
+    """The array-of-structs reading takes coordinates whose bytes are exactly a C-ordered
+    (nnz, rank) array's (column k at offset k, stride rank, one dtype); anything that only
+    shares a base or a stride is read another way, with results right either way."""
+    d, r, nnz = 7, 3, 40
+    flat = np.sort(rng.choice(d ** 3, size=nnz, replace=False))
+    cols = np.ascontiguousarray(np.stack(np.unravel_index(flat, (d, d, d)), axis=1).astype(idx))
+    coords, base = _columns_layouts(cols)[layout]
+    T = sp.coo_array((rng.random(len(coords[0])), coords), shape=(d, d, d))
+    T.coords = coords                    # as given (SciPy's constructor may convert)
+    B, C = rng.random((d, r)), rng.random((d, r))
+    k = sc.compile("ijk,jr,kr->ir")
+    dense = np.zeros((d, d, d))
+    np.add.at(dense, tuple(np.asarray(c, np.int64) for c in coords), T.data)
+    assert_matches(k(T, B, C), np.einsum("ijk,jr,kr->ir", dense, B, C))
+    if base is not None:
+        assert base in passed[-1][0]                         # that array itself, no copy
+        assert "singleton(soa)" not in str(k.last_formats()[0])
+    else:
+        assert cols.ctypes.data not in passed[-1][0]
+
+
+@pytest.mark.parametrize("idx", IDX)
+def test_columns_of_one_array_mutated_between_calls(rng, passed, idx):
+    """The coordinate buffer is read on every call: coordinates and values changed in place
+    (still sorted, then unsorted with a duplicate), new columns of another array, separate
+    arrays - each call's result is that call's operand's, and the array itself is passed
+    whenever it can be."""
+    d, r, nnz = 7, 3, 40
+    shape = (d, d, d)
+
+    def cols_of(seed_flat):
+        return np.ascontiguousarray(np.stack(np.unravel_index(seed_flat, shape), axis=1).astype(idx))
+    cols = cols_of(np.sort(rng.choice(d ** 3, size=nnz, replace=False)))
+    T = sp.coo_array((rng.random(nnz), tuple(cols[:, k] for k in range(3))), shape=shape)
+    T.coords = tuple(cols[:, k] for k in range(3))
+    B, C = rng.random((d, r)), rng.random((d, r))
+    k = sc.compile("ijk,jr,kr->ir")
+
+    def check(passes=None):
+        dense = np.zeros(shape)
+        np.add.at(dense, tuple(np.asarray(c, np.int64) for c in T.coords), T.data)
+        assert_matches(k(T, B, C), np.einsum("ijk,jr,kr->ir", dense, B, C))
+        if passes is not None:
+            assert (passes in passed[-1][0]) is True
+    check(cols.ctypes.data)
+    cols[:] = cols_of(np.sort(rng.choice(d ** 3, size=nnz, replace=False)))     # in place, sorted
+    T.data[:] = rng.random(nnz)
+    check(cols.ctypes.data)
+    cols[:] = cols[::-1].copy()                                                  # unsorted
+    cols[1] = cols[0]                                                            # a duplicate
+    check()
+    other = cols_of(np.sort(rng.choice(d ** 3, size=nnz, replace=False)))
+    T.coords = tuple(other[:, k] for k in range(3))
+    check(other.ctypes.data)
+    T.coords = tuple(other[:, k].copy() for k in range(3))                       # separate arrays
+    check(T.coords[0].ctypes.data)

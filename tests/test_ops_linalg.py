@@ -300,3 +300,37 @@ def test_errors():
         ops.sampled_addmm(np.ones((4, 5)), np.ones((4, 2)), np.ones((2, 5)))
     with pytest.raises(sc.SparseccError):
         ops.mm(A, "x")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "complex64"])
+def test_a_python_scalar_keeps_the_operands_dtype(dtype):
+    """A Python scalar is weak, as in NumPy 2 and torch: add/sub/div/where/pow with one keep a
+    float32 (complex64) operand's dtype (add, sub, div, where and pow with a non-positive
+    exponent made the scalar an array first, a float64 one).  Integers combined with a
+    Python float widen like NumPy's; NumPy on the dense copy is the oracle."""
+    A = rand_sparse((5, 4), 0.5, "csr", dtype, 31)
+    D = dense(A)
+    M = sp.csr_array(D.real > 0.3 if D.dtype.kind == "c" else D > 0.3)
+    Md = dense(M)
+    checks = [(lambda: ops.add(A, 2.5), lambda: D + 2.5), (lambda: ops.add(A, 3), lambda: D + 3),
+              (lambda: ops.sub(A, 1.5, alpha=2), lambda: D - 3.0), (lambda: ops.div(A, 2.0), lambda: D / 2.0),
+              (lambda: ops.div(A, 4), lambda: D / 4)]
+    if D.dtype.kind != "c":         # where over complex values: a CompileError of its own
+        checks += [(lambda: ops.where(M, A, 2.5), lambda: np.where(Md, D, 2.5)),
+                   (lambda: ops.where(M, A, 7), lambda: np.where(Md, D, 7))]
+    checks.append((lambda: ops.pow(A, 0), lambda: D ** 0))
+    if D.dtype.kind != "i":
+        checks += [(lambda: ops.pow(A, -1.0), lambda: D ** -1.0), (lambda: ops.pow(A, -2), lambda: D ** -2)]
+    for got, want in checks:
+        with np.errstate(all="ignore"):
+            g, w = got(), want()
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        np.testing.assert_allclose(dense(g), w, rtol=1e-6 if w.dtype in (np.float32, np.complex64) else 1e-12)
+
+
+def test_integer_to_a_negative_integer_power_is_refused():
+    """NumPy and torch refuse it; the kernel gave 0 for 2 ** -1 (and for 0 ** -1)."""
+    A = rand_sparse((5, 4), 0.5, "csr", "int32", 32)
+    for e in (-1, np.int64(-2), np.array([[-1] * 4] * 5)):
+        with pytest.raises(sc.DTypeError, match="negative"):
+            ops.pow(A, e)

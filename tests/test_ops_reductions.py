@@ -237,6 +237,49 @@ def test_scatter_reduce_random_against_torch(reduce, include_self, case):
     assert got.dtype == want.dtype
 
 
+
+@pytest.mark.parametrize("reduce", ["mean", "sum", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+def test_scatter_reduce_keeps_the_dtype_like_torch(reduce, include_self, dtype):
+    """torch keeps the input's dtype; "mean" widened float32 to float64 and int32 to int64
+    (its count of entries was an int64).  Integer mean floors (negative sums too); targets
+    no index points at keep the input's value; an empty index returns the input."""
+    rng = np.random.default_rng(np.dtype(dtype).itemsize + include_self)
+    kind = np.dtype(dtype).kind
+    inp = (rng.integers(-9, 10, (5, 3)) if kind == "i" else rng.standard_normal((5, 3))).astype(dtype)
+    src = (rng.integers(-9, 10, (6, 3)) if kind == "i" else rng.standard_normal((6, 3))).astype(dtype)
+    index = rng.integers(0, 3, (6, 3))              # rows 3 and 4 get nothing
+    for dim, idx in ((0, index), (1, index[:5] % 3), (0, np.zeros((0, 3), np.int64))):
+        got = ops.scatter_reduce(inp, dim, idx, src[:, :3] if dim == 0 else src[:5], reduce,
+                                 include_self=include_self)
+        want = torch.tensor(inp).scatter_reduce(dim, torch.tensor(idx, dtype=torch.int64),
+                                                torch.tensor(src[:, :3] if dim == 0 else src[:5]), reduce=reduce,
+                                                include_self=include_self).numpy()
+        assert got.dtype == want.dtype == dtype
+        if kind == "i":
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_mean_of_complex64_and_bools(include_self):
+    """complex64 stays complex64 (it widened to complex128); a mean of bools is refused
+    before any compile, as torch refuses it."""
+    rng = np.random.default_rng(5)
+    inp = (rng.standard_normal(5) + 1j * rng.standard_normal(5)).astype(np.complex64)
+    src = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex64)
+    index = np.array([0, 1, 0, 1, 1, 3])             # 2 and 4 get nothing
+    got = ops.scatter_reduce(inp, 0, index, src, "mean", include_self=include_self)
+    want = torch.tensor(inp).scatter_reduce(0, torch.tensor(index), torch.tensor(src), reduce="mean",
+                                            include_self=include_self).numpy()
+    assert got.dtype == want.dtype == np.complex64
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(sc.DTypeError, match="mean"):
+        ops.scatter_reduce(np.ones(3, bool), 0, np.array([0, 0]), np.ones(2, bool), "mean",
+                           include_self=include_self)
+
 def test_scatter_reduce_errors():
     x = np.zeros(4)
     with pytest.raises(sc.OperandError):
@@ -273,6 +316,22 @@ def test_coalesce_with_any_reduction(reduce, rank):
     lin = np.ravel_multi_index(tuple(out.coords), shape)
     assert np.all(np.diff(lin) > 0)                         # sorted, unique
 
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.int32, np.int64])
+def test_coalesce_mean_dtype_is_numpys_mean(dtype):
+    """A float32 (complex64) mean of duplicates stays float32 (complex64) and integers give
+    float64, as numpy.mean (its count was an int64: float32 became float64)."""
+    rng = np.random.default_rng(7)
+    coords = (np.array([0, 2, 0, 1, 2, 0]), np.array([1, 0, 1, 1, 0, 1]))
+    vals = (rng.integers(-5, 6, 6) if np.dtype(dtype).kind == "i" else rng.standard_normal(6)).astype(dtype)
+    out = ops.coalesce(sp.coo_array((vals, coords), shape=(3, 2)), "mean")
+    want = {(0, 1): vals[[0, 2, 5]].mean(), (2, 0): vals[[1, 4]].mean(), (1, 1): vals[[3]].mean()}
+    assert out.dtype == np.mean(vals).dtype
+    got = {(int(i), int(j)): v for i, j, v in zip(*out.coords, out.data)}
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-6)
 
 def test_coalesce_empty_and_errors():
     E = sp.coo_array((3, 3))

@@ -152,22 +152,41 @@ def _chunk_kind(x, what: str) -> str:
 
 
 def _to_dask(x, what: str, chunks: tuple):
-    """An in-memory operand as a Dask array cut into ``chunks`` (its blocks are slices)."""
+    """An in-memory operand as a Dask array cut into ``chunks`` (its blocks are slices), and
+    a zero-size operand like its blocks (the Dask array's ``_meta`` is not always one: Dask
+    replaces a meta it cannot slice, such as a BSR array, by a NumPy array)."""
     import dask.array as da
     from ..runtime.operands import as_operand
     x = as_operand(x, what)
     name = f"sparsecc-operand-{uuid.uuid4().hex}"
     if sp.issparse(x):
+        if all(len(c) == 1 for c in chunks):
+            # one block: the operand itself, in its own format (da.from_array would slice it,
+            # and BSR and coo_matrix cannot be sliced)
+            meta = _empty_sparse(x)
+            dmeta = meta if meta.format in ("csr", "csc") or x.ndim != 2 else meta.tocsr()
+            return da.Array({(name,) + (0,) * x.ndim: x}, name, chunks=chunks, dtype=x.dtype, meta=dmeta), meta
         if x.ndim == 2 and x.format in ("csr", "csc"):
-            return da.from_array(x, chunks=chunks, asarray=False, name=name, meta=x[:0, :0])
-        if x.ndim == 2 and all(len(c) == 1 for c in chunks):
-            return da.from_array(x, chunks=chunks, asarray=False, name=name, meta=x.tocsr()[:0, :0])
+            d = da.from_array(x, chunks=chunks, asarray=False, name=name, meta=x[:0, :0])
+            return d, d._meta
         import sparse
         c = x.tocoo()
         x = sparse.COO(np.vstack(c.coords) if c.nnz else np.zeros((c.ndim, 0), np.int64), c.data,
                        shape=c.shape)
-        return da.from_array(x, chunks=chunks, asarray=False, name=name)
-    return da.from_array(x, chunks=chunks, name=name)
+        # the blocks as sparsecc reads them (Dask's meta, an empty pydata slice, has int64
+        # coordinates whatever the blocks' are: the library shipped would not be theirs)
+        meta = sp.coo_array((0,) * x.ndim, dtype=x.dtype)
+        meta.coords = tuple(np.zeros(0, x.coords.dtype) for _ in range(x.ndim))
+        return da.from_array(x, chunks=chunks, asarray=False, name=name), meta
+    d = da.from_array(x, chunks=chunks, name=name)
+    return d, d._meta
+
+
+def _empty_sparse(x):
+    """A zero-size SciPy operand of ``x``'s class, format, dtype and (for BSR) block size."""
+    if x.format == "bsr":
+        return type(x)((0, 0), blocksize=x.blocksize, dtype=x.dtype)
+    return type(x)((0,) * x.ndim, dtype=x.dtype)
 
 
 def _empty_like(meta, rank: int):
@@ -175,6 +194,8 @@ def _empty_like(meta, rank: int):
     if isinstance(meta, np.ndarray):
         return np.empty((0,) * rank, dtype=meta.dtype)
     if sp.issparse(meta):
+        if all(n == 0 for n in meta.shape):
+            return meta
         return meta[:0, :0] if meta.format in ("csr", "csc") else meta.tocsr()[:0, :0]
     return meta
 
@@ -259,21 +280,22 @@ def call(kernel, args, ship: bool = True):
     for i in size:
         if i in whole or i not in chunks:
             chunks[i] = (size[i],)
-    ops = []
+    ops, metas = [], []
     for x, name, what in zip(args, names, whats):
         want = tuple(chunks[i] for i in inds[name])
         if is_dask(x):
             if tuple(x.chunks) != want:
                 x = x.rechunk(want)        # cut like the operand that decided each index
+            meta = x._meta
         else:
-            x = _to_dask(x, what, want)
+            x, meta = _to_dask(x, what, want)
         ops.append(x)
+        metas.append(meta)
     # the result: dense or sparse, decided as an in-memory call with such operands decides
     sparse_ops = []
     dtypes = []
-    for name, x, what in zip(names, ops, whats):
+    for name, x, what, meta in zip(names, ops, whats, metas):
         spec = kernel.formats.get(name)
-        meta = x._meta
         if spec is not None and not (isinstance(spec, str) and spec.strip().lower() == "bsr"):
             sparse_ops.append(not resolve(spec, len(inds[name]), what).is_dense)
         else:
@@ -312,7 +334,7 @@ def call(kernel, args, ship: bool = True):
     name = f"sparsecc-{token}"
     pname = f"sparsecc-partial-{token}"
     lkey = f"sparsecc-libraries-{token}"
-    dsk = {lkey: _ship(spec, cspec, [x._meta for x in ops], rank) if ship else _Libraries(())}
+    dsk = {lkey: _ship(spec, cspec, metas, rank) if ship else _Libraries(())}
     out_blocks = [range(len(chunks[i])) for i in out_inds]
     red_blocks = [range(len(chunks[i])) for i in split]
     for bo in itertools.product(*out_blocks):

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..api import einsum, evaluate
-from ..errors import OperandError, ShapeError, SparseccError
+from ..errors import DTypeError, OperandError, ShapeError, SparseccError
 from ..runtime.operands import as_operand
 from . import _chunk_kind, is_dask
 
@@ -192,7 +192,8 @@ def _add(x, other, alpha, sign: str, out_format):
     n = _idx(x.ndim)
     X = _acc("X", n)
     if _is_scalar(other):
-        s = np.asarray(np.asarray(other) * alpha, dtype=np.result_type(x.dtype, np.asarray(other) * alpha))
+        v = other if alpha == 1 else other * alpha      # a Python scalar stays weak (NumPy 2, torch)
+        s = np.asarray(v, dtype=np.result_type(x.dtype, v))
         return evaluate(f"{_acc('O', n)} = {X} {sign} s", X=x, s=s, out_format=out_format)
     y = _operand(other, "other")
     _same_shape(x, y)
@@ -215,7 +216,7 @@ def div(input, other, *, out_format=None):
     n = _idx(x.ndim)
     fmt = out_format if out_format is not None else _layout(x)
     if _is_scalar(other):
-        s = np.asarray(other, np.result_type(x.dtype, np.asarray(other).dtype))
+        s = np.asarray(other, np.result_type(x.dtype, other))         # a Python scalar stays weak
         return evaluate(f"{_acc('O', n)} = {_acc('X', n)} / s", X=x, s=s, out_format=fmt)
     y = _operand(other, "other")
     _same_shape(x, y)
@@ -284,8 +285,14 @@ def pow(input, exponent, *, out_format=None):  # noqa: A001
         e = np.asarray(exponent, np.result_type(x.dtype, exponent))
         return _run(f"{O} = stored(pow({X}, e))", out_format, X=x, e=e)
     e = _operand(exponent, "exponent")
+    if not is_dask(e) and x.dtype.kind in "iub" and e.dtype.kind in "iub":
+        stored = e.data if sp.issparse(e) else e
+        if stored.size and stored.min() < 0:
+            raise DTypeError("integers to negative integer powers are not allowed (as in NumPy and torch); "
+                             "for a float result give a float exponent")
     if e.ndim == 0:
-        e = np.asarray(e, np.result_type(x.dtype, e)) if not is_dask(e) else e
+        weak = exponent if isinstance(exponent, numbers.Number) else e     # a Python scalar stays weak
+        e = np.asarray(e, np.result_type(x.dtype, weak)) if not is_dask(e) else e
         return _run(f"{O} = pow({X}, e)", out_format, X=x, e=e)
     _same_shape(x, e)
     return _run(f"{O} = pow({X}, {_acc('E', n)})", out_format, X=x, E=e)
@@ -301,7 +308,8 @@ def where(condition, input, other, *, out_format=None):
         return _run(f"{O} = where({C}, {X}, 0)", out_format, C=c, X=x)
     y = _operand(other, "other")
     if y.ndim == 0:
-        y = np.asarray(y, np.result_type(x.dtype, y)) if not is_dask(y) else y
+        weak = other if isinstance(other, numbers.Number) else y         # a Python scalar stays weak
+        y = np.asarray(y, np.result_type(x.dtype, weak)) if not is_dask(y) else y
         return _run(f"{O} = where({C}, {X}, y)", out_format, C=c, X=x, y=y)
     if tuple(y.shape) != tuple(x.shape):
         raise ShapeError(f"other shape {tuple(y.shape)} differs from input shape {tuple(x.shape)}")

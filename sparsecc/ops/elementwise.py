@@ -75,7 +75,7 @@ def _same_shape(x, y):
 def _add(x, other, alpha, sign: str, out_format):
     x = as_operand(x, "input")
     if _is_scalar(other):     # a 0-d operand: one compile serves every value
-        s = _scalar(np.asarray(other) * alpha, x.dtype)
+        s = _scalar(other if alpha == 1 else other * alpha, x.dtype)    # a Python scalar stays weak
         return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} {sign} s", X=x, s=s,
                         out_format=out_format)
     y = as_operand(other, "other")
@@ -109,7 +109,7 @@ def div(input, other, *, out_format=None):
     """
     x = as_operand(input, "input")
     if _is_scalar(other):
-        s = np.asarray(other, np.result_type(x.dtype, np.asarray(other).dtype))
+        s = _scalar(other, x.dtype)
         return evaluate(f"{_acc('O', x.ndim)} = {_acc('X', x.ndim)} / s", X=x, s=s,
                         out_format=out_format if out_format is not None else _default_layout(x))
     y = as_operand(other, "other")

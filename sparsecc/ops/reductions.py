@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..api import evaluate
-from ..errors import OperandError, ShapeError, SparseccError
+from ..errors import DTypeError, OperandError, ShapeError, SparseccError
 from ..runtime.operands import as_operand
 from ._args import dim_or_axis, required
 
@@ -329,6 +329,8 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
         raise OperandError(f"index must hold integers, got {idx.dtype}")
     if src.dtype != x.dtype:
         raise OperandError(f"src ({src.dtype}) and input ({x.dtype}) must have the same dtype, as in torch")
+    if reduce == "mean" and x.dtype.kind not in "iufc":
+        raise DTypeError(f"scatter_reduce 'mean' of {x.dtype} values is not defined (torch refuses it too)")
     d = _one_axis(dim, x.ndim, "dim")
     for k in range(x.ndim):
         if idx.shape[k] > src.shape[k] or (k != d and idx.shape[k] > x.shape[k]):
@@ -350,9 +352,17 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
     red = f"{op}[e](second(E[{t},e], v[e]))"
     count = f"plus[c](pair(E[{t},c], 1))"
     X = _acc("X", names)
+    ops = {"X": x, "E": E, "v": values}
     if reduce == "mean":
-        div = "//" if x.dtype.kind in "iub" else "/"
-        combined = f"({X} + {red}) {div} ({count} + 1)" if include_self else f"{red} {div} max({count}, 1)"
+        # divided by the count in the input's dtype, as torch counts (the int64 count of
+        # pair(E, 1) widened a float32 mean to float64 and an int32 one to int64); integers
+        # floor-divide like torch, by at least 1 where nothing is counted (not selected)
+        ops["one"] = np.ones((), x.dtype)
+        n = f"plus[m](second(E[{t},m], one))"
+        if x.dtype.kind == "i":
+            combined = f"({X} + {red}) // ({n} + 1)" if include_self else f"{red} // max({n}, 1)"
+        else:
+            combined = f"({X} + {red}) / ({n} + 1)" if include_self else f"{red} / {n}"
         combined = f"stored({combined})"
     elif include_self:
         combined = {"plus": f"{X} + {red}", "times": f"{X} * {red}", "max": f"max({X}, {red})",
@@ -360,7 +370,7 @@ def scatter_reduce(input, dim=None, index=None, src=None, reduce=None, *, axis=N
     else:
         combined = red
     text = f"{_acc('O', names)} = where({count} > 0, {combined}, {X})"
-    return _run(text, "dense", X=x, E=E, v=values)
+    return _run(text, "dense", **ops)
 
 
 def _scatter_pattern(targets: np.ndarray, shape) -> sp.coo_array:
@@ -399,11 +409,15 @@ def coalesce(input, reduce: str = "sum"):
     E.has_sorted_indices = True
     values = np.ascontiguousarray(A.data)
     op = _REDUCES[reduce]
+    ops = {"E": E, "v": values}
     if reduce == "mean":
-        text = "y[u] = stored(plus[e](second(E[u,e], v[e])) / plus[c](pair(E[u,c], 1)))"
+        # numpy.mean's dtype (float32 stays float32, integers are summed in float64): the
+        # values and the count in it (pair(E, 1) counted in int64, which widened float32)
+        ops["one"] = np.ones((), np.result_type(np.mean(np.zeros(1, values.dtype))))
+        text = "y[u] = stored(plus[e](second(E[u,e], v[e]) * one) / plus[c](second(E[u,c], one)))"
     else:
         text = f"y[u] = {op}[e](second(E[u,e], v[e]))"
-    vals = _run(text, "dense", E=E, v=values)
+    vals = _run(text, "dense", **ops)
     out = sp.coo_array((vals, np.unravel_index(uniq, A.shape)), shape=A.shape)
     out.has_canonical_format = True
     return out
@@ -423,8 +437,15 @@ def pow(input, exponent, *, out_format=None):  # noqa: A001
         e = np.asarray(exponent, np.result_type(x.dtype, exponent))
         return _run(f"{_acc('O', idx)} = stored(pow({X}, e))", out_format, X=x, e=e)
     e = as_operand(exponent, "exponent")
+    if x.dtype.kind in "iub" and e.dtype.kind in "iub" and e.size:
+        stored = e.data if sp.issparse(e) else e
+        if stored.size and stored.min() < 0:
+            raise DTypeError("integers to negative integer powers are not allowed (as in NumPy and torch); "
+                             "for a float result give a float exponent")
     if e.ndim == 0:
-        e = np.asarray(e, np.result_type(x.dtype, e))
+        # a Python scalar stays weak (NumPy's and torch's rule: float32 ** -1.0 is float32)
+        weak = exponent if isinstance(exponent, numbers.Number) else e
+        e = np.asarray(e, np.result_type(x.dtype, weak))
         return _run(f"{_acc('O', idx)} = pow({X}, e)", out_format, X=x, e=e)
     if tuple(e.shape) != tuple(x.shape):
         raise ShapeError(f"exponent shape {tuple(e.shape)} differs from input shape {tuple(x.shape)}")
@@ -445,8 +466,9 @@ def where(condition, input, other, *, out_format=None):
         return _run(f"{_acc('O', idx)} = where({C}, {X}, 0)", out_format, C=c, X=x)
     y = _operand(other, "other")
     if y.ndim == 0:
+        weak = other if isinstance(other, numbers.Number) else y     # a Python scalar stays weak
         return _run(f"{_acc('O', idx)} = where({C}, {X}, y)", out_format, C=c, X=x,
-                    y=np.asarray(y, np.result_type(x.dtype, y)))
+                    y=np.asarray(y, np.result_type(x.dtype, weak)))
     if tuple(y.shape) != tuple(x.shape):
         raise ShapeError(f"other shape {tuple(y.shape)} differs from input shape {tuple(x.shape)}")
     return _run(f"{_acc('O', idx)} = where({C}, {X}, {_acc('Y', idx)})", out_format, C=c, X=x, Y=y)
