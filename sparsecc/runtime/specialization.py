@@ -9,7 +9,7 @@ options, to a loaded kernel - and the workarounds that get MLIR 22 to compile it
   operands stored row-wise for Gustavson's loop order), and the refused block results;
 - the table of loaded specializations (memory cache) over ``loader.load_module``, and the
   ahead-of-time hooks (``compile_specialization``, ``result_format_for``,
-  ``loaded_specialization``) that ``runtime/aot.py`` builds on.
+  ``loaded_specialization``) that ``runtime/aot/`` builds on.
 """
 
 from __future__ import annotations

@@ -1,0 +1,230 @@
+"""The C side of an ahead-of-time library: one C entry point per kernel (plain pointers and
+sizes -> memref descriptors and storage specifiers -> the kernel's packed entry), the
+self-contained header, and the dispatching entry of a SpGEMM built both ways."""
+
+from __future__ import annotations
+
+from ...formats import Format
+
+_C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32": "int32_t",
+            "bool": "int8_t", "complex128": "double _Complex", "complex64": "float _Complex"}
+
+
+def _index_c(width: int) -> str:
+    return "int32_t" if width == 32 else "int64_t"
+
+
+def _field_names(fmt: Format, op: str) -> list[tuple[str, str, str]]:
+    """(C name, C type, what it holds) of each buffer of a sparse operand, in field order."""
+    out = []
+    for kind, lvl in fmt.fields():
+        if kind == "pos":
+            out.append((f"{op}_pos{lvl}", _index_c(fmt.pos_width), f"positions of level {lvl}"))
+        elif kind == "crd":
+            out.append((f"{op}_crd{lvl}", _index_c(fmt.crd_width), f"coordinates of level {lvl}"))
+        else:
+            out.append((f"{op}_val", None, "values"))
+    return out
+
+
+def _level_size_exprs(fmt: Format, dims: list[str]) -> list[str]:
+    out = []
+    for d, op, b in fmt.level_dims():
+        out.append(dims[d] if not op else (f"({dims[d]} / {b})" if op == "floordiv" else str(b)))
+    return out
+
+
+def _c_kernel(lib: str, kname: str, spec: dict) -> tuple[str, str]:
+    """(declaration with its documentation, definition) of one kernel's C entry point."""
+    fn = f"{lib}_{kname}"
+    idx = spec["index_order"]
+    params = [f"int64_t n_{i}" for i in idx]
+    doc = [f"/* {fn}: {spec['source']}", " *"]
+    body = [f"int {fn}({{PARAMS}}) {{", "    void *argv[64]; int k = 0;"]
+    out_fmt = Format.parse(spec["out_format"]) if spec["out_format"] else None
+    if out_fmt is not None:
+        body.append("    struct { memref1 b[%d]; struct { int64_t lvl[%d]; int64_t mem[%d]; } spec; } res;"
+                    % (len(out_fmt.fields()), len(out_fmt.levels), len(out_fmt.fields())))
+        body.append("    memset(&res, 0, sizeof res);")
+        body.append("    argv[k++] = &res;")
+    for i in idx:
+        body.append(f"    argv[k++] = &n_{i};")
+    for op in spec["operands"]:
+        name, fmt_text, dtype, indices = op["name"], op["format"], op["dtype"], op["indices"]
+        ct = _C_TYPES[dtype]
+        dims = [f"n_{i}" for i in indices]
+        shape = " x ".join(dims) or "scalar"
+        if fmt_text == "dense":
+            params.append(f"const {ct} *{name}")
+            doc.append(f" * {name}: dense {dtype} [{shape}], C order")
+            body.append(_descriptor(f"d_{name}", name, dims))
+            body.append(f"    argv[k++] = &d_{name};")
+            continue
+        fmt = Format.parse(fmt_text)
+        doc.append(f" * {name}: {op['format_name'] or 'sparse'} {dtype} [{shape}], levels {fmt.encoding()}")
+        fields = _field_names(fmt, name)
+        lvl = _level_size_exprs(fmt, dims)
+        for cname, ctype, what in fields:
+            t = ctype or ct
+            params += [f"const {t} *{cname}", f"int64_t {cname}_len"]
+            doc.append(f" *   {cname} ({t}, {cname}_len entries): {what}")
+            body.append(f"    memref1 d_{cname} = {{(void *){cname}, (void *){cname}, 0, {{{cname}_len}}, {{1}}}};")
+            body.append(f"    argv[k++] = &d_{cname};")
+        body.append(f"    struct {{ int64_t lvl[{len(lvl)}]; int64_t mem[{len(fields)}]; }} s_{name} = "
+                    f"{{{{{', '.join(lvl)}}}, {{{', '.join(f'{c}_len' for c, _, _ in fields)}}}}};")
+        body.append(f"    argv[k++] = &s_{name};")
+    out_ct = _C_TYPES[spec["out_dtype"]]
+    out_dims = [f"n_{i}" for i in spec["out_indices"]]
+    if out_fmt is None:
+        params.append(f"{out_ct} *out")
+        doc.append(f" * out: dense {spec['out_dtype']} [{' x '.join(out_dims) or 'scalar'}], C order, "
+                   "allocated by the caller, overwritten")
+        body.append(_descriptor("d_out", "out", out_dims))
+        body.append("    argv[k++] = &d_out;")
+        if spec.get("kernel") and not spec.get("fills_output"):
+            # a hand-written kernel that adds into its output (MTTKRP, TTV) gets it zeroed here,
+            # as the sparsifier's kernels zero theirs
+            count = " * ".join(f"(size_t){d}" for d in out_dims) or "1"
+            body.append(f"    memset(out, 0, {count} * sizeof({out_ct}));")
+        body.append(f"    {{ int rc = {fn}_entry(argv); if (rc) return rc; }}   /* 1: out of memory, 2: an index out of range */")
+    else:
+        params.append(f"{lib}_sparse_result *out")
+        names = [c for c, _, _ in _field_names(out_fmt, "out")]
+        doc.append(f" * out: sparse {spec['out_dtype']} [{' x '.join(out_dims)}], levels {out_fmt.encoding()};")
+        doc.append(f" *   buffers[0..{len(names) - 1}] = {', '.join(names)} (lengths[] entries each);")
+        doc.append(f" *   allocated by the kernel, owned by the caller: release with {lib}_free_result(out)")
+        # 2: the kernel (SDDMM's, which range-checks A) returned its result's buffers: free them
+        body.append(f"    {{ int rc = {fn}_entry(argv);   /* 1: out of memory, 2: an index out of range */")
+        body.append(f"      if (rc == 2) for (int b = 0; b < {len(names)}; b++) {{ int seen = 0;")
+        body.append("        for (int c = 0; c < b; c++) seen |= res.b[c].allocated == res.b[b].allocated;")
+        body.append("        if (!seen) free(res.b[b].allocated); }")
+        body.append("      if (rc) return rc; }")
+        body.append(f"    out->rank = {len(out_dims)}; out->nbuffers = {len(names)}; out->nlevels = {len(out_fmt.levels)};")
+        for d, e in enumerate(out_dims):
+            body.append(f"    out->dims[{d}] = {e};")
+        body.append(f"    for (int b = 0; b < {len(names)}; b++) {{ out->buffers[b] = res.b[b].aligned; "
+                    "out->allocations[b] = res.b[b].allocated; out->lengths[b] = res.spec.mem[b]; }")
+        body.append(f"    for (int l = 0; l < {len(out_fmt.levels)}; l++) out->lvl_sizes[l] = res.spec.lvl[l];")
+    doc.append(" * Returns 0, or 1 if the kernel ran out of memory (an allocation failed; its temporaries")
+    doc.append(" * leak, nothing is written to out), or 2 if it found a coordinate out of range in a loop")
+    doc.append(" * that checks them (a dense out then holds garbage; a sparse out is not written, its buffers")
+    doc.append(" * are freed).  Inputs are otherwise")
+    doc.append(" * not validated: pass well-formed buffers (sc.aot.load validates).")
+    doc.append(" */")
+    body += ["    (void)k;", "    return 0;", "}"]
+    ptext = ", ".join(params)
+    decl = "\n".join(doc) + f"\nint {fn}({ptext});\n"
+    return decl, "\n".join(body).replace("{PARAMS}", ptext) + "\n"
+
+
+def _descriptor(var: str, ptr: str, dims: list[str]) -> str:
+    """A C memref descriptor over a C-ordered array of shape ``dims``."""
+    if not dims:
+        return f"    memref0 {var} = {{(void *){ptr}, (void *){ptr}, 0}};"
+    return (f"    memref{len(dims)} {var} = {{(void *){ptr}, (void *){ptr}, 0, {{{', '.join(dims)}}}, "
+            f"{{{', '.join(_strides(dims))}}}}};")
+
+
+def _strides(dims: list[str]) -> list[str]:
+    out = []
+    for k in range(len(dims)):
+        rest = dims[k + 1:]
+        out.append(" * ".join(rest) if rest else "1")
+    return out
+
+
+def _header(lib: str, decls: list[str]) -> str:
+    guard = f"{lib.upper()}_H"
+    return f"""/* {lib}.h: kernels compiled ahead of time by sparsecc.  Self-contained C (C99).
+ *
+ * Link with -l{lib} (lib{lib}.so depends only on libc and libm).  Every entry point takes
+ * the size of each index variable (n_i ...), then each operand's buffers, then the result.
+ * Sparse operands are passed as MLIR's level buffers (CSR: positions = row pointers,
+ * coordinates = column indices, then values), each with its length.
+ */
+#ifndef {guard}
+#define {guard}
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+/* A sparse result: buffers in MLIR's field order (positions and coordinates per level, then
+ * values), lengths[b] used entries each.  The kernel allocated them; free them all with
+ * {lib}_free_result(). */
+typedef struct {{
+    int32_t rank, nbuffers, nlevels;
+    int64_t dims[8];
+    int64_t lvl_sizes[16];
+    void *buffers[24];
+    int64_t lengths[24];
+    void *allocations[24];
+}} {lib}_sparse_result;
+
+void {lib}_free_result({lib}_sparse_result *r);
+
+{chr(10).join(decls)}
+#ifdef __cplusplus
+}}
+#endif
+
+#endif
+"""
+
+
+def _c_dispatch(entry: str, n_indices: int, fmts, huge: bool) -> str:
+    """The packed entry ``entry`` of a SpGEMM built twice: the hand-written loops
+    (``<entry>_loops``), or for a call with a dimension much larger than its stored entries
+    (``specialization.huge_dimension``, the JIT's rule) the sparsifier's kernel
+    (``<entry>_sparsifier``).  ``huge=False``: only the sparsifier's was built (it forwards)."""
+    from ..specialization import HUGE_FACTOR, HUGE_SLACK
+    lines = [f"int {entry}_loops(void **args);", f"int {entry}_sparsifier(void **args);",
+             f"int {entry}(void **a) {{"]
+    if not huge:
+        return "\n".join(lines + [f"    return {entry}_sparsifier(a);", "}", ""])
+    lines.append("    int64_t big = 0, stored = 0;")
+    lines.append(f"    for (int d = 0; d < {n_indices}; d++) {{ int64_t s = *(int64_t *)a[1 + d]; "
+                 "if (s > big) big = s; }")
+    at = 1 + n_indices
+    for f in fmts:
+        if f.is_dense:
+            at += 1
+            continue
+        fields = f.fields()
+        v = next(k for k, (kind, _) in enumerate(fields) if kind not in ("pos", "crd"))
+        lines.append(f"    stored += ((memref1 *)a[{at + v}])->sizes[0];")
+        at += len(fields) + 1
+    lines.append(f"    return big > {HUGE_FACTOR} * stored + {HUGE_SLACK} ? {entry}_sparsifier(a) : {entry}_loops(a);")
+    return "\n".join(lines + ["}", ""])
+
+
+def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[str]) -> str:
+    ranks = "".join(
+        f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
+        for r in range(1, 9))
+    # each kernel's object holds its checked entry (runtime/_worker.py oom_entry_ir)
+    entries = "".join(f"int {lib}_{n}_entry(void **args);\n" for n in names)
+    digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
+    return f"""#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "{lib}.h"
+
+typedef struct {{ void *allocated, *aligned; int64_t offset; }} memref0;
+{ranks}
+{entries}
+/* the SHA-256 of each kernel's entry in {lib}.json: sc.aot.load checks that they agree */
+{digests}
+void {lib}_free_result({lib}_sparse_result *r) {{
+    for (int b = 0; b < r->nbuffers; b++) {{
+        int seen = 0;
+        for (int c = 0; c < b; c++) seen |= r->allocations[c] == r->allocations[b];
+        if (!seen) free(r->allocations[b]);
+        r->allocations[b] = 0; r->buffers[b] = 0;
+    }}
+    r->nbuffers = 0;
+}}
+
+{chr(10).join(defs)}"""
