@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 from . import aot
 from .api import cache_info, compile, einsum, evaluate
 from .explore import explore
-from .errors import (CompileError, DeviceError, DTypeError, FormatError, InternalError, OperandError, ParseError, ShapeError,
-                     SparseccError)
+from .errors import (CompileError, DeviceError, DTypeError, FormatError, InternalError, LibraryError, OperandError,
+                     ParseError, ShapeError, SparseccError)
 from .formats import Format
 from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
@@ -21,5 +21,5 @@ from . import ops
 
 __all__ = ["aot", "ops", "einsum", "evaluate", "compile", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
-           "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError",
+           "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
            "__version__", "set_num_threads", "get_num_threads"]

@@ -33,6 +33,18 @@ class DeviceError(SparseccError, RuntimeError):
     sparse result; an outer loop that carries a reduction).  Raised before native code runs."""
 
 
+class LibraryError(SparseccError):
+    """A compiled library, or the record beside it, cannot be used: an ahead-of-time
+    library whose ``lib<name>.so`` is truncated or not the one its manifest names (size,
+    SHA-256), a manifest of the wrong shape, a file that is a symbolic link, a FIFO, a folder
+    or too large; a kernel-cache entry read again (``Kernel.ir``) that went bad.  Raised
+    before anything is loaded; ``path`` names the file."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
 class CompileError(SparseccError, RuntimeError):
     """MLIR or LLVM failed (or crashed) while compiling a kernel.
 

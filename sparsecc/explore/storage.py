@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import tempfile
 import threading
 from dataclasses import asdict
@@ -18,7 +19,7 @@ import scipy.sparse as sp
 from .._machine import cpu_model
 from ..errors import SparseccError
 from ..options import Options
-from ..runtime import targets
+from ..runtime import files, targets
 from ..runtime.threads import get_num_threads
 from .candidates import _own_name
 from .report import decode_format, encode_format
@@ -73,13 +74,13 @@ def load_choice(key: str):
     """The stored ``(formats, options)`` for ``key``, or ``None`` (a missing, unreadable or
     tampered file counts as none and is replaced by the next exploration)."""
     try:
-        with open(os.path.join(_tuning_dir(), f"{key}.json")) as f:
-            d = json.load(f)
+        # no link followed, no FIFO waited on, a bounded read (runtime/files.py)
+        d = json.loads(files.read_regular(os.path.join(_tuning_dir(), f"{key}.json"), files.JSON_LIMIT))
         body = {k: v for k, v in d.items() if k != "checksum"}
         if d.get("key") != key or d.get("checksum") != _checksum(body):
             return None
         return tuple(decode_format(s) for s in d["formats"]), Options(**d["options"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, SparseccError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, SparseccError):
         return None
 
 
@@ -94,6 +95,8 @@ def store_choice(key: str, formats: tuple, options: Options, about: dict | None 
         with os.fdopen(fd, "w") as f:
             json.dump(body, f, indent=1)
         path = os.path.join(d, f"{key}.json")
+        if os.path.isdir(path) and not os.path.islink(path):     # a folder in its place
+            shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
         tmp = None
     finally:

@@ -22,8 +22,11 @@ Only the folder itself is checked, not its parents.
 types, the key, the SHA-256 of ``<key>.so`` and a checksum of its own content.  An entry is
 used only if the JSON parses, has every field with the right type, the right key and a
 matching checksum (so an edit that leaves valid JSON is caught too), and the SHA-256 of the
-library's bytes matches.  Anything else (a truncated, corrupted or foreign ``.so``, a garbage or
-foreign ``.json``, one file of the pair missing) discards both files, and the kernel is
+library's bytes matches.  Both are read with ``files.read_regular``: no symbolic link is
+followed, a FIFO is not waited on, only a regular file is read, and at most
+``files.JSON_LIMIT`` / ``files.LIBRARY_LIMIT`` bytes of it.  Anything else (a truncated,
+corrupted or foreign ``.so``, a garbage or foreign ``.json``, a link, a FIFO, a device, a
+folder, a file past the bound, one file of the pair missing) discards both files, and the kernel is
 compiled again and stored anew.  Nothing in the cache is unpickled or evaluated: the JSON
 is data, and the only code loaded is a library whose hash was just checked.
 
@@ -69,6 +72,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
+
+from . import files
 
 LOCK_TIMEOUT_S = 10.0
 
@@ -249,9 +254,8 @@ def _well_formed(info, key: str) -> bool:
 def _read(key: str, d: str) -> tuple[Entry | None, bool]:
     """The entry if it is valid, and whether any file of it exists."""
     so, meta = paths(key, d)
-    try:
-        with open(meta, "rb") as f:
-            raw = f.read()
+    try:                        # no link followed, no FIFO waited on, a bounded read (files.py)
+        raw = files.read_regular(meta, files.JSON_LIMIT)
     except FileNotFoundError:
         return None, os.path.lexists(so)
     except OSError:
@@ -263,8 +267,7 @@ def _read(key: str, d: str) -> tuple[Entry | None, bool]:
     if not _well_formed(info, key):
         return None, True
     try:
-        with open(so, "rb") as f:
-            data = f.read()
+        data = files.read_regular(so, files.LIBRARY_LIMIT)
     except OSError:
         return None, True
     if hashlib.sha256(data).hexdigest() != info["sha256"]:
@@ -294,7 +297,11 @@ def discard(entry: "Entry") -> None:
 def _locked(d: str):
     """An exclusive lock on the cache folder ``d`` (best effort: see the module docstring)."""
     try:
-        fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(os.path.join(d, ".lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):      # a FIFO or device there: no lock
+            os.close(fd)
+            fd = None
     except OSError:
         fd = None
     if fd is None:
@@ -345,8 +352,7 @@ def store(key: str, info: dict, built: str) -> Entry:
     still cannot be written there, it goes to the process's private folder instead."""
     d = os.path.dirname(built)
     try:
-        with open(built, "rb") as f:
-            data = f.read()
+        data = files.read_regular(built, files.LIBRARY_LIMIT)
     finally:
         _remove(built)
     info = dict(info, key=key, sha256=hashlib.sha256(data).hexdigest())
@@ -415,22 +421,9 @@ def open_library(entry: Entry, target=None) -> ctypes.CDLL:
         lib = _libs.get(loaded)
         if lib is not None:
             return lib
-        name = f".{entry.key}.{os.getpid()}.{next(_names)}.load{artifact_ext()}"
-        try:
-            fd = os.open(os.path.join(entry.folder, name),
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
-            path = os.path.join(entry.folder, name)
-        except OSError:                     # the folder went away meanwhile
-            path = os.path.join(private_dir(), name)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(entry.data)
-            # dlopen reuses a loaded library with the same name or the same inode: the name
-            # is never used again in this process, and a loaded copy keeps its inode alive
-            # (ctypes never unloads) so the number cannot be recycled for a later copy
-            lib = target.kind.load(path, entry.info, target)
-        finally:
-            _remove(path)
+        # dlopen reuses a loaded library with the same name or the same inode: files.load_copy
+        # names each copy once per process, and a loaded copy keeps its inode alive
+        lib = files.load_copy(entry.data, (entry.folder, private_dir), entry.key, artifact_ext(),
+                              lambda path: target.kind.load(path, entry.info, target))
         _libs[loaded] = lib
         return lib

@@ -356,11 +356,9 @@ class Kernel:
             return comp.mlir
         got = comp.stages()
         if stage == "ptx" and not got.get("ptx"):
-            import json
-
+            from .loader import read_info
             from .targets import no_gpu_code_reason
-            with open(comp.info_path) as f:
-                raise DeviceError(no_gpu_code_reason(json.load(f)))
+            raise DeviceError(no_gpu_code_reason(read_info(comp.info_path)))
         return got[stage]
 
 

@@ -113,7 +113,22 @@ def load_module(mlir: str, *, what: str = "a kernel", options: Options = DEFAULT
     return got
 
 
+def read_info(info_path: str) -> dict:
+    """A cache entry's JSON, read again (for ``Kernel.ir``): as :func:`cache.lookup` reads
+    it, no link followed, no FIFO waited on, a bounded read; :class:`LibraryError` when it
+    went bad (the kernel keeps running from memory; the next process rebuilds the entry)."""
+    from ..errors import LibraryError
+    from . import files
+    try:
+        info = json.loads(files.read_regular(info_path, files.JSON_LIMIT))
+    except (OSError, ValueError, RecursionError) as err:
+        why = err.why if isinstance(err, files.NotRegular) else (getattr(err, "strerror", None) or str(err))
+        raise LibraryError(f"cannot read the kernel cache entry {info_path}: {why}", info_path) from None
+    if not isinstance(info, dict) or not isinstance(info.get("stages"), dict):
+        raise LibraryError(f"the kernel cache entry {info_path} holds no IR stages", info_path)
+    return info
+
+
 def read_stages(loaded_info_path: str) -> dict:
     """The IR stages recorded in a cache entry's JSON."""
-    with open(loaded_info_path) as f:
-        return json.load(f)["stages"]
+    return read_info(loaded_info_path)["stages"]
