@@ -100,3 +100,28 @@ def load_copy(data: bytes, folders, stem: str, suffix: str, loader):
             except OSError:
                 pass
     raise last if last is not None else OSError("no folder to load a library from")
+
+
+def elf_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a whole ELF file (not ELF at all; headers, or a segment or section
+    table they name, past its end: a truncated copy, which ``dlopen`` maps and then dies on
+    with SIGBUS), or None."""
+    import struct
+    if len(data) < 16 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return "it is not an ELF shared library"
+    bits64, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    head = end + ("HHIQQQIHHHHHH" if bits64 else "HHIIIIIHHHHHH")
+    if len(data) < 16 + struct.calcsize(head):
+        return f"it is truncated: {len(data)} bytes hold no whole ELF header"
+    (_, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = struct.unpack_from(head, data, 16)
+    need = [("its program headers", phoff + phnum * phentsize), ("its section headers", shoff + shnum * shentsize)]
+    ph = end + ("IIQQQQQQ" if bits64 else "IIIIIIII")
+    if phoff + phnum * phentsize <= len(data) and phentsize >= struct.calcsize(ph):
+        for k in range(phnum):
+            f = struct.unpack_from(ph, data, phoff + k * phentsize)
+            offset, filesz = (f[2], f[5]) if bits64 else (f[1], f[4])
+            need.append((f"segment {k}", offset + filesz))
+    for what, upto in need:
+        if upto > len(data):
+            return f"it is truncated: {what} end at byte {upto}, the file holds {len(data)}"
+    return None

@@ -342,6 +342,8 @@ class Kernel:
         if stage not in stages:
             raise SparseccError(f"unknown stage {stage!r}; stages: {', '.join(stages)}")
         comp = self._last
+        if comp is None and self._library:      # sc.aot.load: the library's kernel, never a compile
+            comp = next(iter(self._library.values()))
         if comp is None:
             fmts = []
             for n in self.stmt.operands:
@@ -352,9 +354,9 @@ class Kernel:
                 fmts = [f if f.is_dense else f.with_widths(w, w) for f in gpu_formats(self.stmt, fmts)]
             out = self._result_format(frozenset(n for n, f in zip(self.stmt.operands, fmts) if not f.is_dense), ())
             comp = specialize(self.stmt, tuple(fmts), ("float64",) * len(fmts), self.options, out)
-        if stage == "mlir":
+        if stage == "mlir" and comp.mlir:
             return comp.mlir
-        got = comp.stages()
+        got = comp.stages()             # an AOT kernel's "mlir": the text its compile parsed
         if stage == "ptx" and not got.get("ptx"):
             from .loader import read_info
             from .targets import no_gpu_code_reason

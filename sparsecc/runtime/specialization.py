@@ -52,6 +52,9 @@ class Compiled:
     entry: object
     info_path: str
     _stages: dict | None = field(default=None, repr=False)
+    #: where the IR stages come from when there is no cache entry (an AOT kernel: its library's
+    #: ``<name>.ir.json``); None: the cache entry's JSON at ``info_path``
+    stages_of: object = field(default=None, repr=False)
     #: the kernel's arguments whose coordinates it range-checks itself (passes/guards.py)
     guarded: tuple[int, ...] = ()
     #: the kernel writes every entry of its dense output: the call allocates it with np.empty
@@ -59,7 +62,7 @@ class Compiled:
 
     def stages(self) -> dict:
         if self._stages is None:
-            self._stages = read_stages(self.info_path)
+            self._stages = self.stages_of() if self.stages_of is not None else read_stages(self.info_path)
         return self._stages
 
 
@@ -275,8 +278,9 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
     ``fast_paths.serial_kernel``) come first, emitted serial; ``chosen`` (a dict, when given)
     then gets ``kernel`` (their kind), ``fills_output`` (the kernel writes every entry of
     its dense output; else the output must arrive zeroed) and ``guarded`` (the operands whose
-    coordinates it range-checks itself: ``check=True`` skips NumPy's check of them).
-    A sparsifier kernel with fused range checks gets only ``guarded``.  ``handwritten=False``:
+    coordinates it range-checks itself: ``check=True`` skips NumPy's check of them) and
+    ``stages`` (the IR of each stage). A sparsifier kernel gets ``stages``, and with fused
+    range checks ``guarded``.  ``handwritten=False``:
     the sparsifier's kernel (an AOT SpGEMM's form for huge dimensions)."""
     fmts, dts = dict(zip(stmt.operands, formats)), dict(zip(stmt.operands, dtypes))
     if options.device == "cpu":     # (a cuda kernel keeps its GPU loop: the library needs libmlir_cuda_runtime)
@@ -296,7 +300,7 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                                     f"{len(reply['arg_types'])} arguments, the runtime expected "
                                     f"{_expected_args(sig, formats)}")
             if chosen is not None:
-                chosen.update(kernel=kind, fills_output=fills,
+                chosen.update(kernel=kind, fills_output=fills, stages=reply["stages"],
                               guarded=sorted(guarded if guarded is not None else reply.get("guarded", ())))
             return sig
 
@@ -308,6 +312,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
         if chosen is not None and reply.get("guarded"):     # fused range checks (passes/guards.py)
             chosen["guarded"] = sorted(reply["guarded"])
+        if chosen is not None:
+            chosen["stages"] = reply["stages"]
         return sig
     return _first_that_compiles(_attempts(stmt, formats, out_format), build)
 
@@ -334,13 +340,15 @@ def result_format_for(k, formats: list[Format], width: int) -> tuple[Format | No
 
 def loaded_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                           out_format: Format | None, lib, fn, path: str, guarded: tuple[int, ...] = (),
-                          fills_output: bool = False) -> dict:
+                          fills_output: bool = False, stages_of=None) -> dict:
     """A kernel from an ahead-of-time library, keyed as ``Kernel.__call__`` looks it up
-    (``guarded``, ``fills_output``: as the manifest records a hand-written kernel's)."""
+    (``guarded``, ``fills_output``: as the manifest records a hand-written kernel's;
+    ``stages_of``: a function giving its IR stages, for ``Kernel.ir``)."""
     index_order = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
     out = _result_dtype(stmt, dtypes)
     sig = KernelSignature(index_order, stmt.operands, len(stmt.indices), out.name, out_format)
-    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "", guarded=guarded, fills_output=fills_output)
+    comp = Compiled(path, sig, formats, out_format, "", lib, fn, "", guarded=guarded, fills_output=fills_output,
+                    stages_of=stages_of)
     return {(formats, dtypes, out_format): comp}
 
 

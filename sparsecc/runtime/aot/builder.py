@@ -6,10 +6,11 @@ manifest (``manifest.py``) written beside it."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
@@ -18,10 +19,11 @@ import numpy as np
 from ... import dtypes as dt
 from ...errors import CompileError, FormatError, SparseccError
 from ...formats import resolve
-from .cwrapper import _c_dispatch, _c_kernel, _c_source, _header
+from .cwrapper import _c_dispatch, _c_kernel, _c_source, _header, symbol_problem, wrapper_problem
 from .manifest import MANIFEST_VERSION, spec_digest, statement_to_json
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_names = itertools.count()
 
 
 # ----------------------------------------------------------------------------- build
@@ -47,7 +49,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     (docs/gpu.md "Ahead of time").
     """
     from ..fast_paths import sized_by_dimension
-    from ..kernel import Kernel, compile_specialization, result_format_for
+    from ..kernel import compile_specialization
     if not isinstance(name, str) or not _NAME.match(name):
         raise SparseccError(f"a library name is a C identifier, got {name!r}")
     if index_width not in (32, 64):
@@ -60,37 +62,20 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
         raise SparseccError(f"sc.aot.build needs a C compiler to link lib{name}.so, and {why}: install one "
                             f"(e.g. apt-get install gcc), or Zig's with pip install 'sparsecc[aot]', "
                             f"or name yours with CC=... or sc.aot.build(..., cc=...)")
+    # every kernel's formats, dtypes and C names are checked before the first one compiles
+    plans = [_plan(name, kname, k, dtype, index_width, cpu, device) for kname, k in kernels.items()]
+    problem = symbol_problem(name, list(kernels))
+    if problem:
+        raise SparseccError(f"library {name!r}: {problem}")
     os.makedirs(outdir, exist_ok=True)
     manifest = {"version": MANIFEST_VERSION, "name": name, "kernels": {}}
+    ir = {}
     decls, defs = [], []
     cuda_kernels = []
     with tempfile.TemporaryDirectory(prefix="sparsecc-aot-") as tmp:
         objects = []
-        for kname, k in kernels.items():
-            if not isinstance(k, Kernel):
-                raise SparseccError(f"kernel {kname!r}: expected a kernel from sc.compile, got {type(k).__name__}")
-            if not _NAME.match(kname):
-                raise SparseccError(f"kernel name {kname!r} is not a C identifier")
-            kdev = device or k.options.device
-            if kdev not in ("cpu", "cuda"):
-                raise SparseccError(f"device must be 'cpu' or 'cuda', got {kdev!r}")
-            stmt = k.stmt
-            dts = dtype.get(kname) if isinstance(dtype, dict) else (dtype,) * len(stmt.operands)
-            if dts is None or len(dts) != len(stmt.operands):
-                raise SparseccError(f"kernel {kname!r}: give one dtype per operand ({len(stmt.operands)})")
-            dts = tuple(dt.lookup(np.dtype(d), f"kernel {kname!r}").name for d in dts)
-            fmts = []
-            for op in stmt.operands:
-                spec = k.formats.get(op)
-                if spec is None:
-                    raise FormatError(f"kernel {kname!r}: operand {op!r} has no format; an ahead-of-time "
-                                      f"kernel needs one per operand (e.g. sc.compile(expr, 'csr', 'dense'))")
-                fmts.append(resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}")
-                            .with_widths(index_width, index_width))
-            out_fmt, fmts = result_format_for(k, fmts, index_width)
-            options = dataclasses.replace(k.options, cpu=cpu, device=kdev)
+        for kname, k, kdev, stmt, dts, fmts, out_fmt, options in plans:
             if kdev == "cuda":
-                fmts = _cuda_formats(k, kname, fmts, out_fmt, index_width)
                 cuda_kernels.append(kname)
             obj = os.path.join(tmp, f"{kname}.o")
             chosen = {}
@@ -118,11 +103,11 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             if kdev == "cuda":
                 _check_ptx(obj, kname, stmt)
             objects.append(obj)
+            ir[kname] = {"stages": chosen.get("stages", {})}
             ops = []
             accesses_of = {a.tensor: a.indices for a in _accesses(stmt)}
             for op, f, d in zip(stmt.operands, fmts, dts):
-                ops.append({"name": op if not op.startswith("#") else f"arg{op[1:]}",
-                            "key": op, "format": "dense" if f.is_dense else f.encoding(),
+                ops.append({"name": _c_operand(op), "key": op, "format": "dense" if f.is_dense else f.encoding(),
                             "format_name": f.name, "dtype": d, "indices": list(accesses_of[op])})
             spec = {"source": k.source, "statement": str(stmt), "stmt": statement_to_json(stmt), "operands": ops,
                     **({"device": "cuda", "gpu_arch": _ptx_arch(obj)} if kdev == "cuda" else {}),
@@ -156,12 +141,84 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             raise CompileError(f"linking lib{name}.so with {cc_cmd[0]} failed: {err}", src) from None
         if r.returncode:
             raise CompileError(f"linking lib{name}.so failed:\n{r.stderr.strip()}", src)
-        for fname in (f"lib{name}.so", f"{name}.h"):
-            shutil.copyfile(os.path.join(tmp, fname), os.path.join(outdir, fname + ".tmp"))
-            os.replace(os.path.join(outdir, fname + ".tmp"), os.path.join(outdir, fname))
-    with open(os.path.join(outdir, f"{name}.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
+        with open(so_tmp, "rb") as f:
+            library = f.read()
+        ir_text = json.dumps({"name": name, "kernels": ir}, indent=1).encode()
+        # what sc.aot.load checks before it loads anything (library.py), and the IR for .ir()
+        manifest["library"] = _digest(library)
+        manifest["ir"] = _digest(ir_text)
+        # each file whole or not at all (a temporary name, then a rename), the manifest last:
+        # it names the others' sizes and hashes
+        with open(os.path.join(tmp, f"{name}.h"), "rb") as f:
+            _install(outdir, f"{name}.h", f.read())
+        _install(outdir, f"lib{name}.so", library)
+        _install(outdir, f"{name}.ir.json", ir_text)
+    _install(outdir, f"{name}.json", json.dumps(manifest, indent=1).encode())
     return os.path.join(outdir, f"lib{name}.so")
+
+
+def _plan(lib: str, kname: str, k, dtype, index_width: int, cpu, device):
+    """What kernel ``kname`` is built as: (name, kernel, device, statement, dtypes, formats,
+    result format, options); a clear error for anything wrong with it, before any compile."""
+    from ..kernel import Kernel, result_format_for
+    from .library import RESERVED
+    if not isinstance(k, Kernel):
+        raise SparseccError(f"kernel {kname!r}: expected a kernel from sc.compile, got {type(k).__name__}")
+    if not isinstance(kname, str) or not _NAME.match(kname):
+        raise SparseccError(f"kernel name {kname!r} is not a C identifier")
+    if kname in RESERVED or kname.startswith("_"):
+        raise SparseccError(f"kernel name {kname!r} is one of the Library's own attributes (path, name, kernels, "
+                            f"and every name starting with '_'); rename the kernel")
+    kdev = device or k.options.device
+    if kdev not in ("cpu", "cuda"):
+        raise SparseccError(f"device must be 'cpu' or 'cuda', got {kdev!r}")
+    stmt = k.stmt
+    dts = dtype.get(kname) if isinstance(dtype, dict) else (dtype,) * len(stmt.operands)
+    if dts is None or len(dts) != len(stmt.operands):
+        raise SparseccError(f"kernel {kname!r}: give one dtype per operand ({len(stmt.operands)})")
+    dts = tuple(dt.lookup(np.dtype(d), f"kernel {kname!r}").name for d in dts)
+    fmts = []
+    for op in stmt.operands:
+        spec = k.formats.get(op)
+        if spec is None:
+            raise FormatError(f"kernel {kname!r}: operand {op!r} has no format; an ahead-of-time "
+                              f"kernel needs one per operand (e.g. sc.compile(expr, 'csr', 'dense'))")
+        fmts.append(resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}")
+                    .with_widths(index_width, index_width))
+    out_fmt, fmts = result_format_for(k, fmts, index_width)
+    options = dataclasses.replace(k.options, cpu=cpu, device=kdev)
+    if kdev == "cuda":
+        fmts = _cuda_formats(k, kname, fmts, out_fmt, index_width)
+    index_order = list(dict.fromkeys(i for a in _accesses(stmt) for i in a.indices))
+    problem = wrapper_problem(lib, kname, index_order,
+                              [(_c_operand(op), None if f.is_dense else f) for op, f in zip(stmt.operands, fmts)])
+    if problem:
+        raise SparseccError(f"library {lib!r}: {problem}")
+    return kname, k, kdev, stmt, dts, fmts, out_fmt, options
+
+
+def _c_operand(op: str) -> str:
+    """An operand's name in C (an einsum's ``#0`` is ``arg0``)."""
+    return op if not op.startswith("#") else f"arg{op[1:]}"
+
+
+def _digest(data: bytes) -> dict:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _install(folder: str, fname: str, data: bytes) -> None:
+    """Write ``folder/fname`` whole: a fresh temporary name in the folder (mode 0666 less the
+    umask, as a plain ``open`` gives), then a rename."""
+    tmp = os.path.join(folder, f".{fname}.{os.getpid()}.{next(_names)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(folder, fname))
+        tmp = None
+    finally:
+        if tmp is not None:
+            os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- cuda

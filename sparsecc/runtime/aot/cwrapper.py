@@ -10,6 +10,83 @@ _C_TYPES = {"float64": "double", "float32": "float", "int64": "int64_t", "int32"
             "bool": "int8_t", "complex128": "double _Complex", "complex64": "float _Complex"}
 
 
+# ------------------------------------------------------------------ names, checked up front
+# Every name the generated C declares is made of the library's, the kernels', the operands'
+# and the indices' names: two that come out the same, or an operand named like something the
+# wrapper uses, would fail in the C compiler after every kernel was compiled.  They are
+# refused before anything is compiled instead.
+_C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline
+    int long register restrict return short signed sizeof static struct switch typedef union unsigned
+    void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn
+    _Static_assert _Thread_local bool true false complex imaginary
+    alignas alignof and and_eq asm bitand bitor catch char8_t char16_t char32_t class compl concept
+    consteval constexpr constinit const_cast co_await co_return co_yield decltype delete dynamic_cast
+    explicit export friend mutable namespace new noexcept not not_eq nullptr operator or or_eq private
+    protected public reinterpret_cast requires static_assert static_cast template this thread_local
+    throw try typeid typename using virtual wchar_t xor xor_eq
+    """.split())     # C11 and the C++ keywords (the header is included from C++ too), C99's macros
+#: what a kernel's C entry point uses besides its parameters: the types and functions it
+#: names, and the locals of its outermost block (C puts them in the parameters' scope)
+_WRAPPER_NAMES = frozenset({"int8_t", "int32_t", "int64_t", "size_t", "memset", "free", "NULL",
+                            "argv", "k", "res", "out", "d_out"} | {f"memref{r}" for r in range(9)})
+
+
+def library_symbols(lib: str, kname: str) -> list[str]:
+    """The global names kernel ``kname`` of library ``lib`` defines: its C entry point, its
+    packed entry (and a SpGEMM's two forms), the digest of its manifest entry."""
+    fn = f"{lib}_{kname}"
+    return [fn, f"{fn}_entry", f"{fn}_entry_loops", f"{fn}_entry_sparsifier", f"{fn}_spec_sha256"]
+
+
+def symbol_problem(lib: str, knames) -> str | None:
+    """Why the kernels ``knames`` cannot share library ``lib`` (two generated C names that
+    are the same, e.g. kernels ``a`` and ``a_entry``; a kernel named ``free_result``), or None."""
+    owner = {f"{lib}_free_result": "the library's function", f"{lib}_sparse_result": "the library's type",
+             f"{lib.upper()}_H": "the header's include guard"}
+    for kname in knames:
+        for sym in library_symbols(lib, kname):
+            if sym in owner:
+                return (f"kernel {kname!r}: its C name {sym} collides with {owner[sym]}; "
+                        f"rename the kernel")
+            owner[sym] = f"kernel {kname!r}'s"
+    return None
+
+
+def wrapper_problem(lib: str, kname: str, index_order, operands) -> str | None:
+    """Why kernel ``kname``'s C entry point cannot be generated (an operand whose C name is a
+    keyword, collides with a name the wrapper uses, another parameter or local, or a global
+    name of the library), or None.  ``operands``: (C name, Format or None for dense)."""
+    seen = {}
+    globals_ = {f"{lib}_free_result", f"{lib}_sparse_result", f"{lib.upper()}_H",
+                *library_symbols(lib, kname)}
+
+    def declare(name, what, operand):
+        if name in _C_KEYWORDS or name in _WRAPPER_NAMES or name in globals_:
+            return (f"kernel {kname!r}: operand {operand!r} is called {name} in C, a name the C wrapper "
+                    f"or the language reserves; rename the operand")
+        if name in seen:
+            return (f"kernel {kname!r}: operand {operand!r} gives the C name {name}, which {seen[name]} "
+                    f"also has; rename the operand")
+        seen[name] = what
+        return None
+
+    for i in index_order:
+        seen[f"n_{i}"] = f"the size of index {i!r}"
+    problems = []
+    for name, fmt in operands:
+        if fmt is None:
+            problems += [declare(name, f"dense operand {name!r}", name),
+                         declare(f"d_{name}", f"the descriptor of {name!r}", name)]
+            continue
+        problems.append(declare(f"s_{name}", f"the specifier of {name!r}", name))
+        for cname, _, _ in _field_names(fmt, name):
+            problems += [declare(cname, f"a buffer of {name!r}", name),
+                         declare(f"{cname}_len", f"a buffer length of {name!r}", name),
+                         declare(f"d_{cname}", f"a descriptor of {name!r}", name)]
+    return next((p for p in problems if p), None)
+
+
 def _index_c(width: int) -> str:
     return "int32_t" if width == 32 else "int64_t"
 

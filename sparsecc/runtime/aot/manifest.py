@@ -97,3 +97,92 @@ def spec_digest(spec: dict) -> str:
     """SHA-256 of one kernel's manifest entry (canonical JSON); the library embeds it."""
     text = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------ the manifest's shape
+# A manifest is data from a file anyone may have edited: its shape is checked before any of
+# it is used, so a wrong one is a clear error, never an AttributeError from deep inside.
+_STR, _OPT_STR, _BOOL, _INT = (str,), (str, type(None)), (bool,), (int,)
+_OPERAND = {"name": _STR, "key": _STR, "format": _STR, "format_name": _OPT_STR, "dtype": _STR,
+            "indices": "names"}
+_KERNEL = {"source": _STR, "statement": _STR, "stmt": (dict,), "operands": "operands", "index_order": "names",
+           "out_indices": "names", "out_dtype": _STR, "out_format": _OPT_STR, "entry": _STR}
+_KERNEL_OPTIONAL = {"prune": _BOOL, "kernel": _STR, "fills_output": _BOOL, "guarded": "ints",
+                    "huge_dimensions": _STR, "device": _STR, "gpu_arch": _STR}
+_DIGEST = {"size": _INT, "sha256": _STR}
+
+
+def _shape_problem(value, want, field: str, owner: str) -> str | None:
+    where = f"{field!r} of {owner}"
+    if want == "names":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else f"{where} is not a list of names"
+    if want == "ints":
+        ok = isinstance(value, list) and all(type(v) is int for v in value)
+        return None if ok else f"{where} is not a list of integers"
+    if want == "operands":
+        if not isinstance(value, list):
+            return f"{where} is {_describe(value)}, not a list"
+        for k, op in enumerate(value):
+            got = _fields_problem(op, _OPERAND, {}, f"operand {k} of {owner}")
+            if got:
+                return got
+        return None
+    if type(value) is bool and bool not in want:      # a bool is an int to isinstance
+        return f"{where} is a boolean, not {_kinds(want)}"
+    return None if isinstance(value, want) else f"{where} is {_describe(value)}, not {_kinds(want)}"
+
+
+def _fields_problem(obj, required: dict, optional: dict, owner: str) -> str | None:
+    if not isinstance(obj, dict):
+        return f"{owner} is {_describe(obj)}, not an object"
+    for key, want in required.items():
+        if key not in obj:
+            return f"{owner} has no {key!r}"
+        got = _shape_problem(obj[key], want, key, owner)
+        if got:
+            return got
+    for key, want in optional.items():
+        if key in obj:
+            got = _shape_problem(obj[key], want, key, owner)
+            if got:
+                return got
+    return None
+
+
+def _describe(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
+def _kinds(want) -> str:
+    names = {str: "a string", type(None): "null", bool: "a boolean", int: "an integer", dict: "an object"}
+    return " or ".join(names[t] for t in want)
+
+
+def shape_problem(manifest, name: str, c_name) -> str | None:
+    """What is wrong with the shape of library ``name``'s manifest (a list at the top,
+    ``kernels`` not an object, a field of the wrong type, another library's name, a kernel
+    name that is not a C identifier: ``c_name`` matches one), or None.  The statement inside
+    each kernel's ``stmt`` is checked when it is rebuilt."""
+    got = _fields_problem(manifest, {"version": _INT, "name": _STR, "kernels": (dict,)},
+                          {"device": _STR, "library": (dict,), "ir": (dict,)}, "the manifest")
+    if got:
+        return got
+    if manifest["name"] != name:
+        return f"it names the library {manifest['name']!r}, not {name!r}"
+    for part in ("library", "ir"):
+        if part in manifest:
+            got = _fields_problem(manifest[part], _DIGEST, {}, f"the manifest's {part!r}")
+            if got:
+                return got
+            d = manifest[part]
+            if d["size"] < 0 or len(d["sha256"]) != 64 or d["sha256"].strip("0123456789abcdef"):
+                return f"the manifest's {part!r} holds no size and SHA-256"
+    for kname, spec in manifest["kernels"].items():
+        if not c_name.match(kname):
+            return f"kernel name {kname!r} is not a C identifier"
+        got = _fields_problem(spec, _KERNEL, _KERNEL_OPTIONAL, f"kernel {kname!r}")
+        if got:
+            return got
+    return None
