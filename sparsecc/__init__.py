@@ -6,8 +6,7 @@ the operands' own buffers.  ``import sparsecc`` imports no MLIR; that happens in
 process at the first compile.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from . import aot
 from .api import cache_info, compile, einsum, evaluate
 from .explore import explore

@@ -11,17 +11,10 @@ from .errors import DeviceError, FormatError, OperandError, ParseError, ShapeErr
 from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
+from .make import _kernels, make_kernel as _kernel  # noqa: F401  (the memo of Kernel objects)
 from .runtime.kernel import STATS, Kernel, Stats
 from .runtime.operands import as_operand, to_coo
 from .runtime.validate import validate
-from .semiring import apply as apply_semiring
-from .semiring import lookup as lookup_semiring
-
-_kernels: dict = {}
-
-
-def _einsum_arity(subscripts: str) -> int:
-    return subscripts.split("->")[0].count(",") + 1
 
 
 def _on_device(options: Options | None, device) -> Options | None:
@@ -35,55 +28,6 @@ def _on_device(options: Options | None, device) -> Options | None:
         return options
     import dataclasses
     return dataclasses.replace(options, device=device)     # validated by Options
-
-
-def _kernel(expr: str, positional: tuple, named: dict, options: Options | None,
-            out_format=None, prune: bool = False, check: bool = True, semiring=None) -> Kernel:
-    options = DEFAULT if options is None else options
-    if not isinstance(options, Options):
-        raise SparseccError(f"options must be sc.Options, got {type(options).__name__}")
-    for flag, v in (("prune", prune), ("check", check)):
-        if not isinstance(v, (bool, np.bool_)):
-            raise SparseccError(f"{flag} must be True or False, got {v!r}")
-    try:
-        key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check),
-               semiring)
-        k = _kernels.get(key)
-    except TypeError:           # unhashable format objects: no memo
-        key, k = None, None
-    if k is not None:
-        return k
-    if not isinstance(expr, str):
-        raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
-    if semiring is not None:
-        semiring = lookup_semiring(semiring)
-    if looks_like_notation(expr):
-        if semiring is not None:
-            raise SparseccError("semiring= is for einsum subscripts; in index notation write the monoid "
-                                "and the multiply in the statement, e.g. 'y[i] = min[j](W[j,i] + d[j])'")
-        stmt = parse_notation(expr)
-        if len(positional) > len(stmt.operands):
-            raise OperandError(f"'{expr}' has {len(stmt.operands)} operand(s) but {len(positional)} formats were given")
-        formats = dict(zip(stmt.operands, positional))
-        for name, f in named.items():
-            if name not in stmt.operands:
-                raise FormatError(f"format given for {name!r}, which is not an operand of '{expr}' "
-                                  f"(operands: {', '.join(stmt.operands)})")
-            formats[name] = f
-    else:
-        if named:
-            raise FormatError(f"einsum kernels take formats by position, got keyword(s) {', '.join(named)}")
-        n = _einsum_arity(expr)
-        stmt = parse_einsum(expr, n)
-        if semiring is not None:
-            stmt = apply_semiring(stmt, semiring)
-        if positional and len(positional) != n:
-            raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
-        formats = dict(zip(stmt.operands, positional))
-    k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune, check=check)
-    if key is not None:
-        _kernels[key] = k
-    return k
 
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,

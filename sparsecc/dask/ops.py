@@ -338,7 +338,7 @@ def _in_memory_format(text: str, out_format, shape, sparse: list[str]):
     kernels over Dask arrays returns what the op returns in memory."""
     if out_format is not None:
         return out_format
-    from ..api import _kernel
+    from ..make import make_kernel as _kernel
     f = _kernel(text, (), {}, None).result_format(sparse, tuple(shape))
     return "dense" if f is None else f
 

@@ -31,7 +31,7 @@ class AutotunedKernel:
 
     def __init__(self, expr: str, formats: tuple, named: dict, options: Options | None, out_format,
                  prune: bool, check: bool):
-        from ..api import _kernel
+        from ..make import make_kernel as _kernel
         self.options = options or DEFAULT
         plain_pos = tuple(None if isinstance(f, (list, tuple)) else f for f in formats)
         plain_named = {k: (None if isinstance(v, (list, tuple)) else v) for k, v in named.items()}

@@ -110,8 +110,8 @@ class ExploreReport:
     def best(self):
         """``sc.compile(expression, *best_formats, options=best_options)``."""
         if self._best is None:
-            from .runner import _compile
-            self._best = _compile(self.expression, self.best_formats, self.best_options, self.out_format)
+            from ..make import make_kernel
+            self._best = make_kernel(self.expression, tuple(self.best_formats), {}, self.best_options, self.out_format)
         return self._best
 
     # --------------------------------------------------------------- display

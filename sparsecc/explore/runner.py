@@ -20,7 +20,8 @@ from ..expr import accesses, describe, index_sizes
 from ..formats import Format, resolve
 from ..options import Options
 from ..parse import looks_like_notation, parse_einsum, parse_notation
-from ..runtime.call import bind_named
+from ..make import make_kernel
+from ..runtime.plans import bind_named
 from ..runtime.threads import get_num_threads, set_num_threads
 from .candidates import (MAX_CANDIDATES, _format_candidates, _option_candidates, _own_name,
                          _thread_candidates)
@@ -32,8 +33,7 @@ MIN_SAMPLE_S = 1e-3
 
 
 def _compile(expression: str, formats: tuple, options: Options, out_format, prune=False, check=True):
-    from ..api import _kernel
-    return _kernel(expression, tuple(formats), {}, options, out_format, prune, check)
+    return make_kernel(expression, tuple(formats), {}, options, out_format, prune, check)
 
 
 def _prepared(x, spec, rank: int):
@@ -275,7 +275,7 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
         picked = list(combos)
     cands = [(tuple(axes[k][i] for k, i in enumerate(c[:-2])), ocands[c[-2]], tcands[c[-1]]) for c in picked]
 
-    from ..api import cache_info
+    from ..runtime.loader import STATS      # sc.cache_info()'s counters
     prepared: dict = {}
     rows: list[Row] = []
     timed: list[tuple[Row, object, list, int, list]] = []   # (row, kernel, args, inner loops, samples)
@@ -314,11 +314,11 @@ def explore(expression: str, *operands, formats=None, options=None, threads=None
                 args = values
             try:
                 kern = _compile(expression, fmts, opts, out_format)
-                misses = cache_info().misses
+                misses = STATS.misses
                 t = time.perf_counter()
                 result = kern(*args)
                 first = time.perf_counter() - t
-                row.cached = cache_info().misses == misses
+                row.cached = STATS.misses == misses
                 if majority is None:
                     why = reference.check(result)
                     if why is not None:

