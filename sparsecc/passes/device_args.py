@@ -62,7 +62,7 @@ def _memref_args(func) -> list:
 
 
 def _walk(func, name: str) -> list:
-    from .gpu import ops_named
+    from .rewrites import ops_named
     return ops_named(func, name)
 
 
