@@ -35,7 +35,7 @@ thread count.  A block with a bad coordinate runs none of its rows, so no access
 its buffer (the output is the kernel's own fresh buffer; the call raises instead of
 returning it).  ``flag`` comes from ``sparsecc_index_flag()``, called once at the start of
 the function (in the caller's thread; OpenMP workers share the pointer): the checked entry
-(``runtime/_worker.py oom_entry_ir``) gives each call its own flag and returns 2 when it was
+(``runtime/entry.py oom_entry_ir``) gives each call its own flag and returns 2 when it was
 set.  The dynamic schedule (``rewrites.thread_count``) deals one block at a time; the work
 estimate that picks one thread for small loops is computed before, from the rows' bounds.
 

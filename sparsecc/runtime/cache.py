@@ -175,7 +175,7 @@ def versions() -> str:
 
 
 #: the native ABI of a cached library: 2 = ``int sparsecc_entry(void **)`` returning 1 on an
-#: allocation failure (the checked allocators of runtime/_worker.py)
+#: allocation failure (the checked allocators of runtime/entry.py)
 ABI = "entry-int-oom-2"
 
 
@@ -189,7 +189,7 @@ def key_of(mlir: str, options_key: str, target=None) -> str:
     from ..options import DEFAULT
     from ..passes import fingerprint
     from . import targets
-    from ._worker import OOM_IR
+    from .entry import OOM_IR
     if target is None:
         target = targets.resolve(DEFAULT)
     h = hashlib.sha256()

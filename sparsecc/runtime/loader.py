@@ -86,7 +86,7 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
     threads.register(lib)                 # its thread count follows sc.set_num_threads
     fn = lib.sparsecc_entry
     fn.restype = ctypes.c_int             # 1: an allocation failed, 2: a guarded index out of range
-                                          # (runtime/_worker.py oom_entry_ir)
+                                          # (runtime/entry.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     return Loaded(key, lib, fn, entry.info, entry.meta)
 

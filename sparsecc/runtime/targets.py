@@ -28,7 +28,7 @@ What a target kind must provide (``cpu`` below; a ``cuda`` kind adds one entry t
 * ``lower(module, options, facts)``: the pass pipelines (data in ``sparsecc/passes/``) and
   the rewrites between them, MLIR down to the LLVM dialect (in the compile worker);
 * ``oom_variant(target)``: where the checked-allocation entry keeps its jump buffer in
-  objects of this target (``_worker.oom_entry_ir``);
+  objects of this target (``entry.oom_entry_ir``);
 * ``codegen(llvm_ir, target, options, entry, oom) -> (llvm_text, object_bytes, imports,
   exports)``: LLVM IR to an object for the host (a GPU target: PTX embedded in host code)
   with the checked entry ``entry`` linked in; ``imports``/``exports``: the symbols the
@@ -225,7 +225,7 @@ def _cpu_codegen(llvm_ir: str, target: Target, options, entry: str, oom: str):
     ``entry`` (variant ``oom``) is linked in after optimization."""
     import llvmlite.binding as llb
 
-    from ._worker import BODY, Rejected, add_oom_entry, imports_of, redirect_allocations
+    from .entry import BODY, Rejected, add_oom_entry, imports_of, redirect_allocations
     exported = entry + BODY
     llb.initialize_native_target()
     llb.initialize_native_asmprinter()
@@ -266,7 +266,7 @@ def _cpu_link(obj: bytes, out: str, target: Target, info: dict) -> None:
     """``cc -shared`` the object (the checked entry is inside) with libm, and libomp by name
     when the kernel has parallel loops (no run path: :func:`_cpu_load` loads it first).
     Without a C compiler the object itself is the artifact (loaded by ORC)."""
-    from ._worker import Rejected
+    from .entry import Rejected
     if target.param("linker", "cc") == "orc":
         with open(out, "wb") as f:
             f.write(obj)
@@ -485,7 +485,7 @@ def _cuda_host() -> Target:
     loaded after libmlir_cuda_runtime.so, which ORC's in-process loader cannot do)."""
     host = _cpu_target(None)
     if host.param("linker", "cc") != "cc":
-        from ._worker import Rejected
+        from .entry import Rejected
         raise Rejected("the cuda target links its host code with a C compiler: install one or set CC "
                        "(CPU kernels need none)")
     return host.replace(openmp_lib="")
