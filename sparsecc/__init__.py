@@ -7,6 +7,7 @@ process at the first compile.
 """
 
 from ._version import __version__
+from . import dispatch  # noqa: F401  (installs the router the runtime's call path asks)
 from . import aot
 from .api import cache_info, compile, einsum, evaluate
 from .explore import explore

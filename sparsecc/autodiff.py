@@ -27,7 +27,10 @@ the gradient to the terms attaining the result, ties split evenly (a count kerne
 - Other monoids, operators without a derivative, ``stored``/``dense`` and operands read
   twice raise :class:`NotDifferentiableError` (a :class:`~sparsecc.errors.SparseccError`).
 
-This module imports no torch; ``sparsecc.torch`` builds its autograd on it.
+This module imports no torch; ``sparsecc.torch`` builds its autograd on it.  It imports
+nothing above the runtime either (``runtime/kernel.py`` imports it for ``Kernel.vjp``):
+the adjoint statements run as ``kernel.derived(statement, out_format)``, kernels with the
+forward kernel's options.
 """
 
 from __future__ import annotations
@@ -304,7 +307,6 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
     """The gradient of operand ``target``.  ``attained``: for a root max/min, (the result,
     how many terms attain it), as dense operands.  ``conjugate``: torch's convention for
     complex values (see ``vjp``); ``dtypes``: each node's dtype."""
-    import sparsecc as sc
     pos = stmt.operands.index(target)
     x = ops[pos]
     sparse = sp.issparse(x)
@@ -344,7 +346,7 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
         pat, fmt = _pattern(x, dt)
         args[_PAT] = pat
         fs = [_access(_PAT, dims)] + factors + [f"where(index({i}) == index({j}), 1, 0)" for i, j in delta]
-        g = sc.evaluate(statement(dims, fs, bound | set(dims)), options=kernel.options, out_format=fmt, **args)
+        g = kernel.derived(statement(dims, fs, bound | set(dims)), fmt)(**args)
         if x.format == "coo" and not x.has_canonical_format:
             # duplicates: one gradient per coordinate, on the coalesced pattern (as torch.sparse.mm)
             key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
@@ -353,7 +355,7 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
         return _like(x, _real_for(_values_on(x, g), dt))
     # dense: the gradient over the distinct indices the derivative binds, then placed
     keep = [i for i in dict.fromkeys(sk) if i in bound]
-    g = sc.evaluate(statement(keep, factors, bound), options=kernel.options, out_format="dense", **args)
+    g = kernel.derived(statement(keep, factors, bound), "dense")(**args)
     g = _real_for(np.asarray(g), dt)
     uniq = list(dict.fromkeys(sk))
     if keep == list(sk):
@@ -386,7 +388,6 @@ def _result_dtype(x):
 
 def _attained(kernel, body, stmt: Statement, ops, result):
     """(the max/min result, the number of terms attaining it) for a root max/min."""
-    import sparsecc as sc
     if result is None:
         result = kernel(*ops)
     # a sparse result stays sparse: where it stores nothing no term was stored either (a
@@ -398,7 +399,7 @@ def _attained(kernel, body, stmt: Statement, ops, result):
             f"(where({show(body)} == {_access(_RES, stmt.indices)}, 1, 0))")
     args = {rename[n]: ops[stmt.operands.index(n)] for n in show.names}
     args[_RES] = result if stmt.indices else result[()]
-    cnt = sc.evaluate(text, options=kernel.options, out_format="dense", **args)
+    cnt = kernel.derived(text, "dense")(**args)
     return args[_RES], (np.asarray(cnt) if stmt.indices else np.asarray(cnt)[()])
 
 

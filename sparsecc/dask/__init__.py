@@ -20,7 +20,8 @@ Kernels travel as their statement and options (:class:`_Spec`); a worker builds 
 CPU and ships their libraries as one graph key (:class:`_Libraries`), which each worker
 installs in its own disk cache; a worker with another CPU has another cache key, finds
 nothing and compiles once itself.
-``dask`` is imported only here, and this module only when a Dask array is passed.
+``dask`` is imported only here, and this module only when a Dask array is passed
+(``sparsecc.dispatch`` imports it on demand; it registers :class:`DaskExecutor` there).
 ``ops.py``: the op library (``sc.ops``) over Dask arrays, as kernels planned here;
 ``tune.py``: ``autotune=True`` kernels called with Dask arrays (tuned on one block).
 """
@@ -368,3 +369,20 @@ def call(kernel, args, ship: bool = True):
         import sparse
         meta = sparse.COO(np.zeros((rank, 0), np.int64), np.zeros(0, out_dtype), shape=(0,) * rank)
     return da.Array(graph, name, chunks=out_chunks, dtype=out_dtype, meta=meta)
+
+
+class DaskExecutor:
+    """Calls with a Dask operand (``sparsecc.dispatch``): the lazy Dask array of :func:`call`."""
+
+    every_call = False
+
+    def claims(self, kernel, operands) -> bool:
+        return any(is_dask(x) for x in operands)
+
+    def run(self, kernel, operands):
+        return call(kernel, list(operands))
+
+
+from .. import dispatch as _dispatch  # noqa: E402  (after the executor it registers)
+
+_dispatch.register(DaskExecutor())

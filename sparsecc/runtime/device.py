@@ -389,7 +389,7 @@ def _kind(v, x) -> tuple:
     if isinstance(v, DeviceSparse):
         idx = (v.row, v.col) if v.format == "coo" else (v.indptr, v.indices)
         return ("sparse", v.format, v.dtype, tuple(b.dtype for b in idx))
-    from .call import _key_of
+    from .plans import _key_of
     return ("host", _key_of(x))
 
 
@@ -478,7 +478,7 @@ def call(k, args: list):
 def _plan(k, values, shapes, sizes, out_shape, wide) -> _Plan:
     """Formats (a device operand's own; a host operand's as for host calls), dtypes, the
     device buffers among the kernel's memref arguments, the compiled kernel."""
-    from .call import _resolve_cached
+    from .plans import _resolve_cached
     from .operands import default_format
     from .specialization import _result_dtype, gpu_formats, specialize
 

@@ -4,8 +4,9 @@ fixed, called like a function, with its inspection (``last_formats``,
 
 Each call resolves the rest (formats from the operands, dtypes, index widths) into a
 specialization, compiled once per process (memory cache) and once per machine (disk cache).
-The jobs live apart: the call path in ``runtime/call.py`` (``Kernel.__call__``),
-specialization and format planning in ``runtime/specialization.py``, compiling, loading,
+The jobs live apart: the in-memory call path in ``runtime/call.py`` (``Kernel.__call__``;
+a call with operands it does not take goes to ``sparsecc/dispatch.py``), the call plans in
+``runtime/plans.py``, specialization and format planning in ``runtime/specialization.py``, compiling, loading,
 caching and the counters in ``runtime/loader.py``.  The names other modules import from
 here (``STATS``, ``Stats``, ``Compiled``, ``specialize``, the AOT hooks) are re-exported.
 """
@@ -13,6 +14,7 @@ here (``STATS``, ``Stats``, ``Compiled``, ``specialize``, the AOT hooks) are re-
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +23,11 @@ from ..errors import DeviceError, FormatError, OperandError, SparseccError
 from ..expr import Access, Binary, Const, Reduce, Statement, Unary, accesses, describe
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
+from ..parse import parse_notation
 from ..patterns import check_sparse_result, default_result_format
 from . import call as _call
-from .call import _CallInfo, bind_named
+from . import plans as _plans
+from .plans import _CallInfo, bind_named
 from .loader import STATS, Stats
 from .operands import INT32_MAX
 from .specialization import (Compiled, gpu_formats, _bare_bsr, _check_block_result, _result_block, _result_dtype,
@@ -186,8 +190,6 @@ class Kernel:
         self._last: Compiled | None = None
         self._out_cache: dict = {}
         self._library: dict | None = None   # set by sc.aot.load: the only specializations
-        if options.device != "cpu":
-            self.__class__ = DeviceKernel   # its call checks for device-resident operands first
         for name, spec in formats.items():
             if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
@@ -224,9 +226,11 @@ class Kernel:
             raise OperandError(f"'{self.source}' takes {len(ops)} operand(s), got {len(args)}")
         return list(args)
 
-    __call__ = _call.call                    # runtime/call.py: the call path
-    _prepare = _call.prepare
-    _operand_widths = _call.operand_widths
+    __call__ = _call.call                    # runtime/call.py: the in-memory call path
+    _prepare = _plans.prepare
+    _operand_widths = _plans.operand_widths
+    #: the module whose ``POS32_MAX`` the repeated-call path reads (tests lower it)
+    _limits = sys.modules[__name__]
 
     _call_info: "_CallInfo | None" = None    # made on the first call (see _static)
 
@@ -309,6 +313,20 @@ class Kernel:
         from ..autodiff import vjp
         return vjp(self, cotangent, *args, wrt=wrt, **kwargs)
 
+    def derived(self, statement: str, out_format=None) -> "Kernel":
+        """The kernel of index-notation ``statement`` with this kernel's options (the
+        adjoints ``vjp`` computes), memoized as ``sc.evaluate``'s."""
+        try:
+            key = (statement, self.options, out_format)
+            k = _derived.get(key)
+        except TypeError:           # an unhashable format object: no memo
+            key, k = None, None
+        if k is None:
+            k = Kernel(parse_notation(statement), {}, self.options, source=statement, out_format=out_format)
+            if key is not None:
+                _derived[key] = k
+        return k
+
     # -------------------------------------------------------------- inspection
     def last_formats(self) -> tuple[Format, ...] | None:
         """The formats the last call's specialization stored its operands in, in operand
@@ -364,14 +382,5 @@ class Kernel:
         return got[stage]
 
 
-class DeviceKernel(Kernel):
-    """A kernel for ``device="cuda"``: the same call path for host operands; operands that
-    live on the GPU (CuPy, torch CUDA tensors, ``__cuda_array_interface__``, DLPack) take
-    ``runtime/device.py``'s (no copies).  The CPU kernels' calls stay as they were."""
-
-    def __call__(self, *args, **kwargs):
-        from . import device
-        ops = self.bind(*args, **kwargs)
-        if any(device.is_device(x) for x in ops):
-            return device.call(self, ops)
-        return _call.call(self, *args, **kwargs)
+#: Kernel.derived's memo
+_derived: dict = {}
