@@ -57,7 +57,7 @@ def _matrix(crow, col, values, n_cols):
 @torch.library.custom_op("sparsecc::einsum_csr", mutates_args=())
 def einsum_csr(subscripts: str, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n_cols: int,
                dense: list[torch.Tensor]) -> torch.Tensor:
-    from . import compile as _compile
+    from .api import compile as _compile
     with torch.no_grad():
         out = _compile(subscripts)(_matrix(crow, col, values, n_cols), *dense)
     return out if out.layout == torch.strided else out.to_dense()
@@ -75,7 +75,7 @@ def _(subscripts, crow, col, values, n_cols, dense):
 @torch.library.custom_op("sparsecc::einsum_csr_backward", mutates_args=())
 def einsum_csr_backward(subscripts: str, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor,
                         n_cols: int, dense: list[torch.Tensor], grad: torch.Tensor) -> list[torch.Tensor]:
-    from . import compile as _compile
+    from .api import compile as _compile
     grads = _compile(subscripts).vjp(grad.contiguous(), _matrix(crow, col, values, n_cols), *dense)
     return [grads[0].values().clone()] + [g.clone() for g in grads[1:]]
 
@@ -171,14 +171,14 @@ def _values_on(x, g) -> torch.Tensor:
     """Sparse tensor ``g``'s values at every stored element of sparse tensor ``x``, in x's
     value order and values shape (0 where g stores nothing): moves values only."""
     from .. import autodiff
-    from . import to_sparsecc
+    from .api import to_sparsecc
     return torch.from_numpy(autodiff._values_on(to_sparsecc(x), to_sparsecc(g)).copy())
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse", mutates_args=())
 def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                   shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
-    from . import compile as _compile
+    from .api import compile as _compile
     _check(subscripts, layout, indices, shape, len(dense), False, values)
     with torch.no_grad():
         out = _compile(subscripts)(_operand(layout, indices, values, shape), *dense)
@@ -198,7 +198,7 @@ def _(subscripts, layout, indices, values, shape, dense):
 @torch.library.custom_op("sparsecc::einsum_sparse_sampled", mutates_args=())
 def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                           shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
-    from . import compile as _compile
+    from .api import compile as _compile
     _check(subscripts, layout, indices, shape, len(dense), True, values)
     x = _operand(layout, indices, values, shape)
     with torch.no_grad():
@@ -216,7 +216,7 @@ def _(subscripts, layout, indices, values, shape, dense):
 def einsum_sparse_backward(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                            shape: list[int], dense: list[torch.Tensor], grad: torch.Tensor,
                            sampled: bool) -> list[torch.Tensor]:
-    from . import compile as _compile
+    from .api import compile as _compile
     x = _operand(layout, indices, values, shape)
     # a sampled result's gradient: its values on x's pattern, as a sparse cotangent
     cot = _operand(layout, indices, grad.contiguous(), shape) if sampled else grad.contiguous()

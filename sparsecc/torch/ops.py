@@ -22,7 +22,7 @@ __all__ = list(_ops.__all__)
 
 
 def _conv(v, what):
-    from . import to_sparsecc
+    from .api import to_sparsecc
     if isinstance(v, torch.Tensor):
         if v.requires_grad and torch.is_grad_enabled():  # reached only by ops without a backward
             raise SparseccError(f"{what} requires grad, but sct.ops has no backward yet; use sct.einsum or "
@@ -34,7 +34,7 @@ def _conv(v, what):
 
 
 def _back(r):
-    from . import from_sparsecc
+    from .api import from_sparsecc
     if isinstance(r, tuple):
         return tuple(_back(e) for e in r)
     if isinstance(r, list):
@@ -50,7 +50,7 @@ def _wrap(name):
     @torch.compiler.disable
     @functools.wraps(fn)
     def op(*args, **kwargs):
-        from . import sync_threads
+        from .api import sync_threads
         sync_threads()
         if name in _GRAD and torch.is_grad_enabled() and any(
                 isinstance(v, torch.Tensor) and v.requires_grad for v in list(args) + list(kwargs.values())):
@@ -63,7 +63,7 @@ def _wrap(name):
 
 # ------------------------------------------------------------------ differentiable ops
 def _T():
-    from .. import torch as T
+    from . import api as T
     return T
 
 
@@ -168,7 +168,7 @@ class _Softmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dim, log, out_format):
-        from . import from_sparsecc, to_sparsecc
+        from .api import from_sparsecc, to_sparsecc
         xs = to_sparsecc(x, "input")
         ys = (_ops.log_softmax if log else _ops.softmax)(xs, dim, out_format=out_format)
         ctx.xs, ctx.ys, ctx.dim, ctx.log, ctx.x = xs, ys, dim, log, x
@@ -180,7 +180,7 @@ class _Softmax(torch.autograd.Function):
         import scipy.sparse as sp
         import sparsecc as sc
         from .. import autodiff
-        from . import _grad_tensor, to_sparsecc
+        from .api import _grad_tensor, to_sparsecc
         gs = to_sparsecc(g, "the output gradient")
         ys, r = ctx.ys, ctx.dim % 2
         o, rr = ("i", "j") if r == 1 else ("j", "i")
