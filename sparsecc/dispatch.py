@@ -53,6 +53,13 @@ def register(executor, first: bool = False) -> None:
     _Router.every_call = any(getattr(e, "every_call", False) for e in _executors)
 
 
+def unregister(executor) -> None:
+    """Stop asking ``executor`` (registered with :func:`register`)."""
+    if executor in _executors:
+        _executors.remove(executor)
+    _Router.every_call = any(getattr(e, "every_call", False) for e in _executors)
+
+
 def executors() -> tuple:
     """The registered executors, in the order they are asked."""
     return tuple(_executors)

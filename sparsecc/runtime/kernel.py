@@ -6,8 +6,8 @@ Each call resolves the rest (formats from the operands, dtypes, index widths) in
 specialization, compiled once per process (memory cache) and once per machine (disk cache).
 The jobs live apart: the in-memory call path in ``runtime/call.py`` (``Kernel.__call__``;
 a call with operands it does not take goes to ``sparsecc/dispatch.py``), the call plans in
-``runtime/plans.py``, specialization and format planning in ``runtime/specialization.py``, compiling, loading,
-caching and the counters in ``runtime/loader.py``.  The names other modules import from
+``runtime/plans.py``, specialization and format planning in ``runtime/specialization.py``,
+compiling, loading, caching and the counters in ``runtime/loader.py``.  The names other modules import from
 here (``STATS``, ``Stats``, ``Compiled``, ``specialize``, the AOT hooks) are re-exported.
 """
 
@@ -314,8 +314,8 @@ class Kernel:
         return vjp(self, cotangent, *args, wrt=wrt, **kwargs)
 
     def derived(self, statement: str, out_format=None) -> "Kernel":
-        """The kernel of index-notation ``statement`` with this kernel's options (the
-        adjoints ``vjp`` computes), memoized as ``sc.evaluate``'s."""
+        """The kernel of index-notation ``statement`` with this kernel's options and the
+        result format ``out_format`` (the adjoints ``vjp`` runs), made once per process."""
         try:
             key = (statement, self.options, out_format)
             k = _derived.get(key)
