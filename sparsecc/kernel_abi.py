@@ -1,7 +1,7 @@
 """What generated kernels, the pass pipelines and the runtime agree on: a ground module.
 
 The hand-written kernels (``dialect/kernels/``) emit MLIR that the rewrites in ``passes/`` and the
-checked entry of ``runtime/_worker.py`` then find by these names, and they size their parallel
+checked entry of ``runtime/entry.py`` then find by these names, and they size their parallel
 loops by the work measure the thread-count rewrite uses.  The names live here so that
 ``dialect`` and ``passes`` both read them without importing each other; like ``errors``,
 ``options`` and ``dtypes``, this module imports nothing from the layers above it (nothing from
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: the function, defined by the checked entry (``runtime/_worker.py oom_entry_ir``), that
+#: the function, defined by the checked entry (``runtime/entry.py oom_entry_ir``), that
 #: returns this call's out-of-range flag (``passes/guards.py``, the hand-written SDDMM/SpMM)
 FLAG_FUNCTION = "sparsecc_index_flag"
 #: a kernel function's attribute (``array<i64: ...>``): the coordinate arguments it

@@ -9,8 +9,8 @@ import of it (every module would import ``sparsecc/__init__.py``); an explicit
 
 The layers, bottom up (docs/architecture.md, "Layers"):
 
-0. ground: ``errors``, ``options``, ``dtypes``, ``_version`` - every layer may use them;
-   they import only each other;
+0. ground: ``errors``, ``options``, ``dtypes``, ``kernel_abi``, ``_version`` - every layer
+   may use them; they import only each other;
 1. core: the statement model and its helpers (``formats``, ``expr``, ``parse``,
    ``patterns``, ``semiring``, ``_machine``, ``_progress``);
 2. ``dialect/`` (statements -> MLIR text) and ``passes/`` (MLIR -> MLIR): neither imports
@@ -39,20 +39,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "sparsecc"
 #: the longest a module of sparsecc/ may be
 MAX_LINES = 600
 
-#: known imports from dialect/ to passes/, expected to be removed (issue 28: the flag and
-#: work constants move where both layers read them); the lead empties this after merging
-#: that work.  An entry no longer in the graph fails the test: remove it.
-TO_BE_REMOVED_DIALECT_TO_PASSES = {
-    ("sparsecc.dialect.handwritten", "sparsecc.passes.guards"),
-    ("sparsecc.dialect.handwritten_mttkrp", "sparsecc.passes.rewrites"),
-}
+#: known imports from dialect/ to passes/, expected to be removed ((importer, imported)
+#: pairs; empty since the constants both read moved to the ground module kernel_abi).  An
+#: entry no longer in the graph fails the test: remove it.
+TO_BE_REMOVED_DIALECT_TO_PASSES: set = set()
 
-#: modules still over MAX_LINES, expected to be split (issue 28: runtime/aot.py and the
-#: hand-written kernels, by other work); the lead empties this after merging that work.
-#: A pattern no module over the limit matches fails the test: remove it.
-TO_BE_SPLIT = {"runtime/aot.py", "dialect/handwritten*.py"}
+#: modules still over MAX_LINES, expected to be split (issue 28: runtime/aot.py, by other
+#: work); the lead empties this after merging that work.  A pattern no module over the limit
+#: matches fails the test: remove it.
+TO_BE_SPLIT = {"runtime/aot.py"}
 
-GROUND = {"sparsecc.errors", "sparsecc.options", "sparsecc.dtypes", "sparsecc._version"}
+GROUND = {"sparsecc.errors", "sparsecc.options", "sparsecc.dtypes", "sparsecc.kernel_abi", "sparsecc._version"}
 CORE = {"sparsecc.formats", "sparsecc.expr", "sparsecc.parse", "sparsecc.patterns", "sparsecc.semiring",
         "sparsecc._machine", "sparsecc._progress"}
 

@@ -93,7 +93,7 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t.store_index("%c0", "%C_pos", "%c0", pw)
     zero_v = t.op(zero(row))
     last_entry = t.op(f"arith.subi {cap}, %c1 : index")
-    # this call's out-of-range flag (runtime/_worker.py): a coordinate of A not below n is
+    # this call's out-of-range flag (runtime/entry.py): a coordinate of A not below n is
     # reported there and its entry skipped, so check=True needs no NumPy pass over A's indices
     flag = t.op(FLAG_CALL)
     one32 = t.op("arith.constant 1 : i32")
