@@ -281,7 +281,7 @@ def _c_source(lib: str, names: list[str], defs: list[str], spec_digests: list[st
     ranks = "".join(
         f"typedef struct {{ void *allocated, *aligned; int64_t offset, sizes[{r}], strides[{r}]; }} memref{r};\n"
         for r in range(1, 9))
-    # each kernel's object holds its checked entry (runtime/_worker.py oom_entry_ir)
+    # each kernel's object holds its checked entry (runtime/entry.py oom_entry_ir)
     entries = "".join(f"int {lib}_{n}_entry(void **args);\n" for n in names)
     digests = "".join(f'const char {lib}_{n}_spec_sha256[] = "{d}";\n' for n, d in zip(names, spec_digests))
     return f"""#include <stdint.h>

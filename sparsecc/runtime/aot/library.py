@@ -215,7 +215,7 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
         fn = getattr(lib, spec["entry"])
     except AttributeError:
         raise bad(f"the library holds no entry {spec['entry']!r}") from None
-    fn.restype = ctypes.c_int           # 1: out of memory, 2: an index out of range (runtime/_worker.py oom_entry_ir)
+    fn.restype = ctypes.c_int           # 1: out of memory, 2: an index out of range (runtime/entry.py oom_entry_ir)
     fn.argtypes = [ctypes.c_void_p]
     k = Kernel(stmt, dict(zip(keys, fmts)), source=spec["source"],
                out_format=out_fmt if out_fmt else "dense", prune=spec.get("prune", False))
