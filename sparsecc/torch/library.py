@@ -54,22 +54,43 @@ def _matrix(crow, col, values, n_cols):
     return torch.sparse_csr_tensor(crow, col, values, (crow.shape[0] - 1, n_cols))
 
 
+#: the torch dtypes sparsecc.torch takes, as NumPy's
+_NUMPY_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.complex64: "complex64",
+                 torch.complex128: "complex128", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
+_TORCH_DTYPES = {v: k for k, v in _NUMPY_DTYPES.items()}
+
+
+def _result_dtype(subscripts: str, values, dense) -> torch.dtype:
+    """The dtype of a custom op's result: sparsecc's rule (NumPy's promotion, docs/dsl.md), the
+    dtype ``sct.einsum`` gives for the same operands (int32 values with float32 operands:
+    float64).  The one rule of both implementations: the fake ones return it, the real ones
+    cast their result to it (a no-op where the kernel computed in it), so a compiled graph
+    reads the buffer with the dtype the kernel wrote."""
+    import sparsecc as sc
+    from ..errors import DTypeError
+    names = []
+    for t in (values, *dense):
+        if t.dtype not in _NUMPY_DTYPES:
+            raise DTypeError(f"a custom op's operand has dtype {t.dtype}; sparsecc.torch takes float32, float64, "
+                             f"complex64, complex128, int32, int64 and bool (convert float16/bfloat16 with "
+                             f".float())")
+        names.append(_NUMPY_DTYPES[t.dtype])
+    return _TORCH_DTYPES[str(sc.compile(subscripts).result_dtype(names))]
+
+
 @torch.library.custom_op("sparsecc::einsum_csr", mutates_args=())
 def einsum_csr(subscripts: str, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n_cols: int,
                dense: list[torch.Tensor]) -> torch.Tensor:
     from . import compile as _compile
     with torch.no_grad():
         out = _compile(subscripts)(_matrix(crow, col, values, n_cols), *dense)
-    return out if out.layout == torch.strided else out.to_dense()
+    return (out if out.layout == torch.strided else out.to_dense()).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_csr.register_fake
 def _(subscripts, crow, col, values, n_cols, dense):
     _, rhs, size = _sizes(subscripts, crow, n_cols, dense)
-    dtype = torch.result_type(values, dense[0]) if dense else values.dtype
-    for d in dense[1:]:
-        dtype = torch.promote_types(dtype, d.dtype)
-    return values.new_empty([size[c] for c in rhs], dtype=dtype)
+    return values.new_empty([size[c] for c in rhs], dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_csr_backward", mutates_args=())
@@ -160,13 +181,6 @@ def _operand(layout: str, indices, values, shape):
     return ctor(indices[0], indices[1], values, shape, check_invariants=False)
 
 
-def _dtype(values, dense):
-    dtype = values.dtype
-    for d in dense:
-        dtype = torch.promote_types(dtype, d.dtype)
-    return dtype
-
-
 def _values_on(x, g) -> torch.Tensor:
     """Sparse tensor ``g``'s values at every stored element of sparse tensor ``x``, in x's
     value order and values shape (0 where g stores nothing): moves values only."""
@@ -182,7 +196,7 @@ def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], val
     _check(subscripts, layout, indices, shape, len(dense), False, values)
     with torch.no_grad():
         out = _compile(subscripts)(_operand(layout, indices, values, shape), *dense)
-    return out if out.layout == torch.strided else out.to_dense()
+    return (out if out.layout == torch.strided else out.to_dense()).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_sparse.register_fake
@@ -192,7 +206,7 @@ def _(subscripts, layout, indices, values, shape, dense):
     for t, d in zip(terms[1:], dense):
         for c, n in zip(t, d.shape):
             size.setdefault(c, n)
-    return values.new_empty([size[c] for c in rhs], dtype=_dtype(values, dense))
+    return values.new_empty([size[c] for c in rhs], dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse_sampled", mutates_args=())
@@ -203,13 +217,13 @@ def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tens
     x = _operand(layout, indices, values, shape)
     with torch.no_grad():
         out = _compile(subscripts, out_format=_SAMPLED_FORMAT[layout])(x, *dense)
-    return _values_on(x, out).to(_dtype(values, dense))
+    return _values_on(x, out).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_sparse_sampled.register_fake
 def _(subscripts, layout, indices, values, shape, dense):
     _check(subscripts, layout, indices, shape, len(dense), True)
-    return values.new_empty(values.shape, dtype=_dtype(values, dense))
+    return values.new_empty(values.shape, dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse_backward", mutates_args=())
