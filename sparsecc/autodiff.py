@@ -180,10 +180,23 @@ def _chain(e: Expr, target: str, show: _Printer, source: str, dtypes=None):
                 return lc + [f"pow({show(e.right)}, -1.0)"]
             return rc + [f"(-{show(e.left)})", f"pow({show(e.right)}, -2.0)"]
         if op == "pow":
+            # torch's pow_backward: 0 where the exponent is 0 (d x**0 / dx, also at x = 0,
+            # where R * x**(R-1) is 0 * inf), and d/dR is 0 where x = 0 and R >= 0 (x**R *
+            # log(x) is 0 * -inf there: a zero, stored or not, made the whole sum NaN)
             L, R = show(e.left), show(e.right)
             if left:
-                return lc + [R, f"pow({L}, {R} - 1)"]
-            return rc + [f"pow({L}, {R})", f"log({L})"]
+                if isinstance(e.right, Const) and e.right.value != 0:
+                    return lc + [R, f"pow({L}, {R} - 1)"]
+                return lc + [f"where({R} == 0, 0, {R} * pow({L}, {R} - 1))"]
+            factor = f"pow({L}, {R}) * log({L})"
+            if isinstance(e.left, Const) and e.left.value != 0:
+                return rc + [factor]
+            if dtypes is not None and dtypes[e.right].kind == "c":
+                # torch: a real exponent (imag 0) with real part >= 0; |R+1| >= |R-1| is Re(R) >= 0
+                nonneg = f"land({R} == conj({R}), abs({R} + 1) >= abs({R} - 1))"
+            else:
+                nonneg = f"{R} >= 0"
+            return rc + [f"where(land({L} == 0, {nonneg}), 0, {factor})"]
         if op in ("max", "min"):            # ties split evenly, as torch.maximum / torch.minimum
             L, R = show(e.left), show(e.right)
             a, b = (L, R) if left else (R, L)
