@@ -172,10 +172,13 @@ class _Softmax(torch.autograd.Function):
         xs = to_sparsecc(x, "input")
         ys = (_ops.log_softmax if log else _ops.softmax)(xs, dim, out_format=out_format)
         ctx.xs, ctx.ys, ctx.dim, ctx.log, ctx.x = xs, ys, dim, log, x
+        ctx.set_materialize_grads(False)        # an undefined output gradient gives none (as torch)
         return from_sparsecc(ys)
 
     @staticmethod
     def backward(ctx, g):
+        if g is None:
+            return None, None, None, None
         import numpy as np
         import scipy.sparse as sp
         import sparsecc as sc
