@@ -110,10 +110,27 @@ def to_sparsecc(t, what: str = "operand"):
     for name, p in zip(("indices", "indptr"), parts[1:]):
         if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
             raise OperandError(f"{what}: its {name} tensor has dtype {p.dtype}; index tensors hold integers")
+    arrays = tuple(_np(p) for p in parts)
+    _check_count(what, lay, *arrays)
     try:
-        return cls(tuple(_np(p) for p in parts), shape=shape, copy=False)
+        return cls(arrays, shape=shape, copy=False)
     except ValueError as err:       # SciPy's check of the components (built unchecked by torch)
         raise OperandError(f"{what}: {err}") from None
+
+
+def _check_count(what: str, layout, values, indices, indptr) -> None:
+    """torch's invariant for compressed layouts, which SciPy does not have (it ignores entries
+    past ``indptr[-1]``): ``indptr[-1]`` is the number of stored elements (blocks for BSR),
+    which ``indices`` and ``values`` both hold.  A tensor built with
+    ``check_invariants=False`` against it was silently truncated."""
+    if indptr.ndim != 1 or indices.ndim != 1 or indptr.size == 0:
+        return                          # SciPy's constructor says what is wrong with these
+    ptr, ind = ("ccol_indices", "row_indices") if layout == torch.sparse_csc else ("crow_indices", "col_indices")
+    last, n_ind, n_val = int(indptr[-1]), indices.size, (values.shape[0] if values.ndim else 1)
+    if last != n_ind or n_ind != n_val:
+        raise OperandError(f"{what}: {ptr}[-1] is {last}, {ind} has {n_ind} entries and values has {n_val} "
+                           f"{'blocks' if layout == torch.sparse_bsr else 'entries'}; torch's invariant is "
+                           f"{ptr}[-1] == nnz for each")
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -164,8 +181,9 @@ def _width_format(t, spec):
         ptr = t.ccol_indices() if t.layout == torch.sparse_csc else t.crow_indices()
         w = 64 if ptr.dtype == torch.int64 else 32
         if t.layout == torch.sparse_bsr:
-            r, c = t.values().shape[-2:]
-            fmt = resolve(f"bsr{r}x{c}", 2)
+            # a block size of 1 fails to compile in MLIR 22: "bsr" resolves those to CSR, as
+            # for a SciPy bsr_array (formats.resolve)
+            fmt = resolve("bsr", 2, block=tuple(t.values().shape[-2:]))
         else:
             fmt = resolve(name, 2)
     return fmt.with_widths(w, w)

@@ -146,6 +146,14 @@ def _check_components(layout: str, indices, values, shape):
     if values.dim() != vdim:
         raise OperandError(f"the {layout} operand's values tensor has shape {list(values.shape)}; expected "
                            f"{'(blocks, R, C)' if vdim == 3 else '1-D'}")
+    # one value (block) per stored element: torch's constructors raise RuntimeError otherwise
+    # (COO), SciPy's ValueError (compressed); shapes only, so the fake implementations run it too
+    last = indices[-1]
+    n = last.shape[-1] if last.dim() else 0
+    if values.shape[0] != n:
+        raise OperandError(f"the {layout} operand's values tensor has {values.shape[0]} "
+                           f"{'blocks' if layout == 'bsr' else 'entries'}, but its {_COMPONENTS[layout][-1]} "
+                           f"tensor has {n}: one per stored element")
 
 
 def _check(subscripts: str, layout: str, indices, shape, n_dense: int, sampled: bool, values=None):
