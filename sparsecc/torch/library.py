@@ -197,6 +197,47 @@ def _values_on(x, g) -> torch.Tensor:
     return torch.from_numpy(autodiff._values_on(to_sparsecc(x), to_sparsecc(g)).copy())
 
 
+def _duplicated(layout: str, x) -> bool:
+    """Whether COO operand ``x`` (a torch tensor) stores a coordinate more than once."""
+    if layout != "coo" or x._nnz() < 2:
+        return False
+    import numpy as np
+    from ..runtime.operands import is_canonical_coo
+    from . import to_sparsecc
+    xs = to_sparsecc(x)
+    if is_canonical_coo(xs):
+        return False
+    key = np.ravel_multi_index(tuple(xs.coords), xs.shape)
+    return np.unique(key).size != key.size
+
+
+def _per_element(subscripts: str, x, dense):
+    """For a COO operand with duplicates: (its coalesced pattern holding ones, the sampled
+    product of the other operands at each stored element, in x's order).  Subscripts are
+    linear in the sparse operand, so element k's share of the result is its own value times
+    that product (the elements of a coordinate sum to the coalesced result)."""
+    from . import compile as _compile
+    c = x.detach().coalesce()           # the pattern only: its values are replaced by ones
+    ones = torch.sparse_coo_tensor(c.indices(), torch.ones_like(c.values()), c.shape, is_coalesced=True)
+    with torch.no_grad():
+        rest = _compile(subscripts, out_format="coo")(ones, *dense)
+    return ones, _values_on(x, rest)
+
+
+def _elementwise(text: str, **vectors) -> torch.Tensor:
+    """A compiled element-wise statement over 1-D tensors (``S[k] = V[k] * R[k]``)."""
+    import sparsecc as sc
+    from . import from_sparsecc, to_sparsecc
+    return from_sparsecc(sc.evaluate(text, **{n: to_sparsecc(v) for n, v in vectors.items()}))
+
+
+def _like_values(g: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Gradient ``g`` in ``values``' dtype (a real operand: the real part, as torch)."""
+    if g.is_complex() and not values.is_complex():
+        g = g.real
+    return g.to(values.dtype)
+
+
 @torch.library.custom_op("sparsecc::einsum_sparse", mutates_args=())
 def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], values: torch.Tensor,
                   shape: list[int], dense: list[torch.Tensor]) -> torch.Tensor:
@@ -223,6 +264,12 @@ def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tens
     from . import compile as _compile
     _check(subscripts, layout, indices, shape, len(dense), True, values)
     x = _operand(layout, indices, values, shape)
+    if _duplicated(layout, x):
+        # one entry per stored element, not the coalesced value at each of them (which a
+        # sum over the duplicates counts once per duplicate)
+        _, rest = _per_element(subscripts, x, dense)
+        out = _elementwise("S[k] = V[k] * R[k]", V=values, R=rest)
+        return out.to(_result_dtype(subscripts, values, dense))
     with torch.no_grad():
         out = _compile(subscripts, out_format=_SAMPLED_FORMAT[layout])(x, *dense)
     return _values_on(x, out).to(_result_dtype(subscripts, values, dense))
@@ -240,8 +287,18 @@ def einsum_sparse_backward(subscripts: str, layout: str, indices: list[torch.Ten
                            sampled: bool) -> list[torch.Tensor]:
     from . import compile as _compile
     x = _operand(layout, indices, values, shape)
+    grad = grad.contiguous()
+    if sampled and _duplicated(layout, x):
+        # s[k] = v[k] * r[k] (see _per_element): d/dv[k] is g[k] conj(r[k]); the dense
+        # operands get the adjoint of r on the coalesced pattern for the cotangent
+        # sum over the duplicates of g[k] conj(v[k]) (torch's convention for complex values)
+        ones, rest = _per_element(subscripts, x, dense)
+        gv = _elementwise("S[k] = G[k] * conj(R[k])", G=grad, R=rest)
+        h = _elementwise("S[k] = G[k] * conj(V[k])", G=grad, V=values)
+        grads = _compile(subscripts).vjp(_operand(layout, indices, h, shape), ones, *dense)
+        return [_like_values(gv, values)] + [g.clone() for g in grads[1:]]
     # a sampled result's gradient: its values on x's pattern, as a sparse cotangent
-    cot = _operand(layout, indices, grad.contiguous(), shape) if sampled else grad.contiguous()
+    cot = _operand(layout, indices, grad, shape) if sampled else grad
     grads = _compile(subscripts).vjp(cot, x, *dense)
     return [_values_on(x, grads[0])] + [g.clone() for g in grads[1:]]
 
