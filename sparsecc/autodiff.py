@@ -14,7 +14,8 @@ the gradient to the terms attaining the result, ties split evenly (a count kerne
   coordinates - no dense matrix of the operand's shape ever exists.  The result has the
   operand's type (CSR, CSC, COO, BSR), its index arrays and its entry order; stored zeros
   get their gradient too.  An uncoalesced COO operand gets one entry per coordinate (its
-  coalesced pattern, sorted), as ``torch.sparse.mm`` gives.
+  coalesced pattern, sorted), as ``torch.sparse.mm`` gives; a CSR/CSC operand repeating a
+  coordinate keeps its index arrays, each value the gradient at its coordinate.
 - **Repeated indices** (``ii->``): the adjoint carries ``where(index(i) == index(i_), ...)``
   for a sparse operand; for a dense operand the gradient over the distinct indices is placed
   on the diagonal of a zero array (NumPy writes it; it computes nothing).
@@ -183,10 +184,23 @@ def _chain(e: Expr, target: str, show: _Printer, source: str, dtypes=None):
                 return lc + [f"pow({show(e.right)}, -1.0)"]
             return rc + [f"(-{show(e.left)})", f"pow({show(e.right)}, -2.0)"]
         if op == "pow":
+            # torch's pow_backward: 0 where the exponent is 0 (d x**0 / dx, also at x = 0,
+            # where R * x**(R-1) is 0 * inf), and d/dR is 0 where x = 0 and R >= 0 (x**R *
+            # log(x) is 0 * -inf there: a zero, stored or not, made the whole sum NaN)
             L, R = show(e.left), show(e.right)
             if left:
-                return lc + [R, f"pow({L}, {R} - 1)"]
-            return rc + [f"pow({L}, {R})", f"log({L})"]
+                if isinstance(e.right, Const) and e.right.value != 0:
+                    return lc + [R, f"pow({L}, {R} - 1)"]
+                return lc + [f"where({R} == 0, 0, {R} * pow({L}, {R} - 1))"]
+            factor = f"pow({L}, {R}) * log({L})"
+            if isinstance(e.left, Const) and e.left.value != 0:
+                return rc + [factor]
+            if dtypes is not None and dtypes[e.right].kind == "c":
+                # torch: a real exponent (imag 0) with real part >= 0; |R+1| >= |R-1| is Re(R) >= 0
+                nonneg = f"land({R} == conj({R}), abs({R} + 1) >= abs({R} - 1))"
+            else:
+                nonneg = f"{R} >= 0"
+            return rc + [f"where(land({L} == 0, {nonneg}), 0, {factor})"]
         if op in ("max", "min"):            # ties split evenly, as torch.maximum / torch.minimum
             L, R = show(e.left), show(e.right)
             a, b = (L, R) if left else (R, L)
@@ -253,11 +267,14 @@ def _pattern(x, dtype):
     """A pattern operand (values 1) with ``x``'s stored coordinates, and the result format
     the sampled adjoint is built in."""
     f = x.format
-    if f in ("csr", "csc"):
+    if f in ("csr", "csc") and x.has_canonical_format:
         cls = sp.csr_array if f == "csr" else sp.csc_array
         return cls((np.ones(len(x.indices), dtype), x.indices, x.indptr), shape=x.shape), f
     coords = _element_coords(x)
-    if len(coords) == 2:      # COO and BSR: the coalesced element pattern, row-wise
+    if len(coords) == 2:
+        # COO, BSR and CSR/CSC with repeated coordinates (SciPy's non-canonical format: a
+        # pattern of ones there would count the product once per duplicate): the coalesced
+        # element pattern, row-wise
         key = np.unique(np.ravel_multi_index(coords, x.shape))
         r, c = np.unravel_index(key, x.shape)
         indptr = np.searchsorted(r, np.arange(x.shape[0] + 1)).astype(np.int64)
@@ -286,6 +303,15 @@ def _values_on(x, g):
         hit = have[pos] == want
         out[hit] = vals[pos[hit]]
     return out.reshape(np.shape(x.data))
+
+
+def _coalesced_pattern(x, dtype):
+    """COO operand ``x``'s coalesced pattern (sorted, one entry per coordinate; zeros of
+    ``dtype``): where an uncoalesced operand's gradient lives."""
+    key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape)) if x.nnz else np.zeros(0, np.int64)
+    out = sp.coo_array((np.zeros(len(key), dtype), np.unravel_index(key, x.shape)), shape=x.shape)
+    out.has_canonical_format = True
+    return out
 
 
 def _like(x, values):
@@ -349,9 +375,7 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
         g = kernel.derived(statement(dims, fs, bound | set(dims)), fmt)(**args)
         if x.format == "coo" and not x.has_canonical_format:
             # duplicates: one gradient per coordinate, on the coalesced pattern (as torch.sparse.mm)
-            key = np.unique(np.ravel_multi_index(tuple(x.coords), x.shape))
-            x = sp.coo_array((np.zeros(len(key), dt), np.unravel_index(key, x.shape)), shape=x.shape)
-            x.has_canonical_format = True
+            x = _coalesced_pattern(x, dt)
         return _like(x, _real_for(_values_on(x, g), dt))
     # dense: the gradient over the distinct indices the derivative binds, then placed
     keep = [i for i in dict.fromkeys(sk) if i in bound]

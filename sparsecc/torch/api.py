@@ -103,10 +103,27 @@ def to_sparsecc(t, what: str = "operand"):
     for name, p in zip(("indices", "indptr"), parts[1:]):
         if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
             raise OperandError(f"{what}: its {name} tensor has dtype {p.dtype}; index tensors hold integers")
+    arrays = tuple(_np(p) for p in parts)
+    _check_count(what, lay, *arrays)
     try:
-        return cls(tuple(_np(p) for p in parts), shape=shape, copy=False)
+        return cls(arrays, shape=shape, copy=False)
     except ValueError as err:       # SciPy's check of the components (built unchecked by torch)
         raise OperandError(f"{what}: {err}") from None
+
+
+def _check_count(what: str, layout, values, indices, indptr) -> None:
+    """torch's invariant for compressed layouts, which SciPy does not have (it ignores entries
+    past ``indptr[-1]``): ``indptr[-1]`` is the number of stored elements (blocks for BSR),
+    which ``indices`` and ``values`` both hold.  A tensor built with
+    ``check_invariants=False`` against it was silently truncated."""
+    if indptr.ndim != 1 or indices.ndim != 1 or indptr.size == 0:
+        return                          # SciPy's constructor says what is wrong with these
+    ptr, ind = ("ccol_indices", "row_indices") if layout == torch.sparse_csc else ("crow_indices", "col_indices")
+    last, n_ind, n_val = int(indptr[-1]), indices.size, (values.shape[0] if values.ndim else 1)
+    if last != n_ind or n_ind != n_val:
+        raise OperandError(f"{what}: {ptr}[-1] is {last}, {ind} has {n_ind} entries and values has {n_val} "
+                           f"{'blocks' if layout == torch.sparse_bsr else 'entries'}; torch's invariant is "
+                           f"{ptr}[-1] == nnz for each")
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -157,8 +174,9 @@ def _width_format(t, spec):
         ptr = t.ccol_indices() if t.layout == torch.sparse_csc else t.crow_indices()
         w = 64 if ptr.dtype == torch.int64 else 32
         if t.layout == torch.sparse_bsr:
-            r, c = t.values().shape[-2:]
-            fmt = resolve(f"bsr{r}x{c}", 2)
+            # a block size of 1 fails to compile in MLIR 22: "bsr" resolves those to CSR, as
+            # for a SciPy bsr_array (formats.resolve)
+            fmt = resolve("bsr", 2, block=tuple(t.values().shape[-2:]))
         else:
             fmt = resolve(name, 2)
     return fmt.with_widths(w, w)
@@ -171,6 +189,9 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, operands, *tensors):
         ctx.kernel, ctx.operands, ctx.tensors = kernel, operands, tensors
+        # an undefined output gradient stays None, and gives no gradient (as torch's own ops):
+        # torch.autograd.gradcheck checks that, with gi.eq(0), which sparse COO cannot run
+        ctx.set_materialize_grads(False)
         # saved so that torch reports an operand modified in place before backward
         ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
         ctx.result = kernel(*operands)          # kept for a max/min reduction's backward
@@ -179,6 +200,8 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gout):
         ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
+        if gout is None:                        # undefined: no gradient for any operand
+            return (None,) * (2 + len(ctx.tensors))
         need = [k for k, b in enumerate(ctx.needs_input_grad[2:]) if b]
         cot = to_sparsecc(gout, "the output gradient")
         grads = autodiff.vjp(ctx.kernel, cot, *ctx.operands, wrt=set(need), result=ctx.result, conjugate=True)

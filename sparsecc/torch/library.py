@@ -54,22 +54,43 @@ def _matrix(crow, col, values, n_cols):
     return torch.sparse_csr_tensor(crow, col, values, (crow.shape[0] - 1, n_cols))
 
 
+#: the torch dtypes sparsecc.torch takes, as NumPy's
+_NUMPY_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.complex64: "complex64",
+                 torch.complex128: "complex128", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
+_TORCH_DTYPES = {v: k for k, v in _NUMPY_DTYPES.items()}
+
+
+def _result_dtype(subscripts: str, values, dense) -> torch.dtype:
+    """The dtype of a custom op's result: sparsecc's rule (NumPy's promotion, docs/dsl.md), the
+    dtype ``sct.einsum`` gives for the same operands (int32 values with float32 operands:
+    float64).  The one rule of both implementations: the fake ones return it, the real ones
+    cast their result to it (a no-op where the kernel computed in it), so a compiled graph
+    reads the buffer with the dtype the kernel wrote."""
+    import sparsecc as sc
+    from ..errors import DTypeError
+    names = []
+    for t in (values, *dense):
+        if t.dtype not in _NUMPY_DTYPES:
+            raise DTypeError(f"a custom op's operand has dtype {t.dtype}; sparsecc.torch takes float32, float64, "
+                             f"complex64, complex128, int32, int64 and bool (convert float16/bfloat16 with "
+                             f".float())")
+        names.append(_NUMPY_DTYPES[t.dtype])
+    return _TORCH_DTYPES[str(sc.compile(subscripts).result_dtype(names))]
+
+
 @torch.library.custom_op("sparsecc::einsum_csr", mutates_args=())
 def einsum_csr(subscripts: str, crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n_cols: int,
                dense: list[torch.Tensor]) -> torch.Tensor:
     from .api import compile as _compile
     with torch.no_grad():
         out = _compile(subscripts)(_matrix(crow, col, values, n_cols), *dense)
-    return out if out.layout == torch.strided else out.to_dense()
+    return (out if out.layout == torch.strided else out.to_dense()).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_csr.register_fake
 def _(subscripts, crow, col, values, n_cols, dense):
     _, rhs, size = _sizes(subscripts, crow, n_cols, dense)
-    dtype = torch.result_type(values, dense[0]) if dense else values.dtype
-    for d in dense[1:]:
-        dtype = torch.promote_types(dtype, d.dtype)
-    return values.new_empty([size[c] for c in rhs], dtype=dtype)
+    return values.new_empty([size[c] for c in rhs], dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_csr_backward", mutates_args=())
@@ -125,6 +146,14 @@ def _check_components(layout: str, indices, values, shape):
     if values.dim() != vdim:
         raise OperandError(f"the {layout} operand's values tensor has shape {list(values.shape)}; expected "
                            f"{'(blocks, R, C)' if vdim == 3 else '1-D'}")
+    # one value (block) per stored element: torch's constructors raise RuntimeError otherwise
+    # (COO), SciPy's ValueError (compressed); shapes only, so the fake implementations run it too
+    last = indices[-1]
+    n = last.shape[-1] if last.dim() else 0
+    if values.shape[0] != n:
+        raise OperandError(f"the {layout} operand's values tensor has {values.shape[0]} "
+                           f"{'blocks' if layout == 'bsr' else 'entries'}, but its {_COMPONENTS[layout][-1]} "
+                           f"tensor has {n}: one per stored element")
 
 
 def _check(subscripts: str, layout: str, indices, shape, n_dense: int, sampled: bool, values=None):
@@ -160,19 +189,53 @@ def _operand(layout: str, indices, values, shape):
     return ctor(indices[0], indices[1], values, shape, check_invariants=False)
 
 
-def _dtype(values, dense):
-    dtype = values.dtype
-    for d in dense:
-        dtype = torch.promote_types(dtype, d.dtype)
-    return dtype
-
-
 def _values_on(x, g) -> torch.Tensor:
     """Sparse tensor ``g``'s values at every stored element of sparse tensor ``x``, in x's
     value order and values shape (0 where g stores nothing): moves values only."""
     from .. import autodiff
     from .api import to_sparsecc
     return torch.from_numpy(autodiff._values_on(to_sparsecc(x), to_sparsecc(g)).copy())
+
+
+def _duplicated(layout: str, x) -> bool:
+    """Whether COO operand ``x`` (a torch tensor) stores a coordinate more than once."""
+    if layout != "coo" or x._nnz() < 2:
+        return False
+    import numpy as np
+    from ..runtime.operands import is_canonical_coo
+    from .api import to_sparsecc
+    xs = to_sparsecc(x)
+    if is_canonical_coo(xs):
+        return False
+    key = np.ravel_multi_index(tuple(xs.coords), xs.shape)
+    return np.unique(key).size != key.size
+
+
+def _per_element(subscripts: str, x, dense):
+    """For a COO operand with duplicates: (its coalesced pattern holding ones, the sampled
+    product of the other operands at each stored element, in x's order).  Subscripts are
+    linear in the sparse operand, so element k's share of the result is its own value times
+    that product (the elements of a coordinate sum to the coalesced result)."""
+    from .api import compile as _compile
+    c = x.detach().coalesce()           # the pattern only: its values are replaced by ones
+    ones = torch.sparse_coo_tensor(c.indices(), torch.ones_like(c.values()), c.shape, is_coalesced=True)
+    with torch.no_grad():
+        rest = _compile(subscripts, out_format="coo")(ones, *dense)
+    return ones, _values_on(x, rest)
+
+
+def _elementwise(text: str, **vectors) -> torch.Tensor:
+    """A compiled element-wise statement over 1-D tensors (``S[k] = V[k] * R[k]``)."""
+    import sparsecc as sc
+    from .api import from_sparsecc, to_sparsecc
+    return from_sparsecc(sc.evaluate(text, **{n: to_sparsecc(v) for n, v in vectors.items()}))
+
+
+def _like_values(g: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Gradient ``g`` in ``values``' dtype (a real operand: the real part, as torch)."""
+    if g.is_complex() and not values.is_complex():
+        g = g.real
+    return g.to(values.dtype)
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse", mutates_args=())
@@ -182,7 +245,7 @@ def einsum_sparse(subscripts: str, layout: str, indices: list[torch.Tensor], val
     _check(subscripts, layout, indices, shape, len(dense), False, values)
     with torch.no_grad():
         out = _compile(subscripts)(_operand(layout, indices, values, shape), *dense)
-    return out if out.layout == torch.strided else out.to_dense()
+    return (out if out.layout == torch.strided else out.to_dense()).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_sparse.register_fake
@@ -192,7 +255,7 @@ def _(subscripts, layout, indices, values, shape, dense):
     for t, d in zip(terms[1:], dense):
         for c, n in zip(t, d.shape):
             size.setdefault(c, n)
-    return values.new_empty([size[c] for c in rhs], dtype=_dtype(values, dense))
+    return values.new_empty([size[c] for c in rhs], dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse_sampled", mutates_args=())
@@ -201,15 +264,21 @@ def einsum_sparse_sampled(subscripts: str, layout: str, indices: list[torch.Tens
     from .api import compile as _compile
     _check(subscripts, layout, indices, shape, len(dense), True, values)
     x = _operand(layout, indices, values, shape)
+    if _duplicated(layout, x):
+        # one entry per stored element, not the coalesced value at each of them (which a
+        # sum over the duplicates counts once per duplicate)
+        _, rest = _per_element(subscripts, x, dense)
+        out = _elementwise("S[k] = V[k] * R[k]", V=values, R=rest)
+        return out.to(_result_dtype(subscripts, values, dense))
     with torch.no_grad():
         out = _compile(subscripts, out_format=_SAMPLED_FORMAT[layout])(x, *dense)
-    return _values_on(x, out).to(_dtype(values, dense))
+    return _values_on(x, out).to(_result_dtype(subscripts, values, dense))
 
 
 @einsum_sparse_sampled.register_fake
 def _(subscripts, layout, indices, values, shape, dense):
     _check(subscripts, layout, indices, shape, len(dense), True)
-    return values.new_empty(values.shape, dtype=_dtype(values, dense))
+    return values.new_empty(values.shape, dtype=_result_dtype(subscripts, values, dense))
 
 
 @torch.library.custom_op("sparsecc::einsum_sparse_backward", mutates_args=())
@@ -218,8 +287,18 @@ def einsum_sparse_backward(subscripts: str, layout: str, indices: list[torch.Ten
                            sampled: bool) -> list[torch.Tensor]:
     from .api import compile as _compile
     x = _operand(layout, indices, values, shape)
+    grad = grad.contiguous()
+    if sampled and _duplicated(layout, x):
+        # s[k] = v[k] * r[k] (see _per_element): d/dv[k] is g[k] conj(r[k]); the dense
+        # operands get the adjoint of r on the coalesced pattern for the cotangent
+        # sum over the duplicates of g[k] conj(v[k]) (torch's convention for complex values)
+        ones, rest = _per_element(subscripts, x, dense)
+        gv = _elementwise("S[k] = G[k] * conj(R[k])", G=grad, R=rest)
+        h = _elementwise("S[k] = G[k] * conj(V[k])", G=grad, V=values)
+        grads = _compile(subscripts).vjp(_operand(layout, indices, h, shape), ones, *dense)
+        return [_like_values(gv, values)] + [g.clone() for g in grads[1:]]
     # a sampled result's gradient: its values on x's pattern, as a sparse cotangent
-    cot = _operand(layout, indices, grad.contiguous(), shape) if sampled else grad.contiguous()
+    cot = _operand(layout, indices, grad, shape) if sampled else grad
     grads = _compile(subscripts).vjp(cot, x, *dense)
     return [_values_on(x, grads[0])] + [g.clone() for g in grads[1:]]
 

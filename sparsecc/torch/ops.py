@@ -102,8 +102,10 @@ def _ones_on(t):
     """A tensor of t's layout and pattern holding ones (no gradient)."""
     t = t.detach()
     if t.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(t._indices(), torch.ones_like(t._values()), t.shape,
-                                       is_coalesced=t.is_coalesced())
+        # one 1 per coordinate: ones at duplicates would count the sampled product once per
+        # duplicate (coalesce() gives the pattern; its summed values are not used)
+        c = t if t.is_coalesced() else t.coalesce()
+        return torch.sparse_coo_tensor(c._indices(), torch.ones_like(c._values()), t.shape, is_coalesced=True)
     if t.layout == torch.sparse_csr:
         return torch.sparse_csr_tensor(t.crow_indices(), t.col_indices(), torch.ones_like(t.values()), t.shape)
     if t.layout == torch.sparse_csc:
@@ -172,10 +174,13 @@ class _Softmax(torch.autograd.Function):
         xs = to_sparsecc(x, "input")
         ys = (_ops.log_softmax if log else _ops.softmax)(xs, dim, out_format=out_format)
         ctx.xs, ctx.ys, ctx.dim, ctx.log, ctx.x = xs, ys, dim, log, x
+        ctx.set_materialize_grads(False)        # an undefined output gradient gives none (as torch)
         return from_sparsecc(ys)
 
     @staticmethod
     def backward(ctx, g):
+        if g is None:
+            return None, None, None, None
         import numpy as np
         import scipy.sparse as sp
         import sparsecc as sc
@@ -196,6 +201,10 @@ class _Softmax(torch.autograd.Function):
                              out_format=_fmt(ys))
         xs = ctx.xs
         if sp.issparse(xs):
+            if xs.format == "coo" and not xs.has_canonical_format:
+                # one gradient per coordinate, on the coalesced pattern (as sct.einsum's and
+                # torch.sparse.mm's), not the whole gradient at every duplicate
+                xs = autodiff._coalesced_pattern(xs, gx.dtype)
             vals = autodiff._values_on(xs, gx)
             return _grad_tensor(ctx.x, autodiff._like(xs, vals)), None, None, None
         return torch.from_numpy(np.asarray(gx)), None, None, None
