@@ -1,0 +1,85 @@
+"""The cost of a step: bytes moved and operations, in seconds of one core.
+
+A step reads its operands (a dense one: every element; a sparse one: its values, its
+coordinates and its positions), performs one multiply-add per product of stored entries
+(the join of its operands), and writes its result (dense: every element, zero-filled
+first; sparse: each stored entry inserted - a few operations - plus its buffers).  The
+sum of the bytes over :data:`BANDWIDTH` and of the operations over :data:`OPS_PER_S`,
+plus :data:`STEP_OVERHEAD_S` for the call itself, is the step's cost; a plan costs the sum
+of its steps.
+
+Calibration: :data:`BANDWIDTH` is a single-core streaming rate, the order of magnitude
+``python -m sparsecc bench`` measures with ``sparsecc/bench/bandwidth.py``'s probe (its
+``read_gbs``).  Only ratios between plans decide anything, so a machine twice as fast in
+both changes no plan; set ``sparsecc.plan.cost.BANDWIDTH`` from the probe where a machine's
+balance of bandwidth and compute differs much (``stream_probe()["read_gbs"] * 1e9``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .stats import TensorStats
+
+#: bytes per second one core streams (see the module docstring on calibration)
+BANDWIDTH = 8e9
+#: multiply-adds per second of a sparse loop (index chasing included)
+OPS_PER_S = 5e8
+#: the fixed cost of one kernel call (argument packing, validation, result wrapping)
+STEP_OVERHEAD_S = 5e-6
+#: operations to insert one entry of a sparse result (search/sort of its row, the copy)
+INSERT_OPS = 4.0
+#: operations per point of one loop nest over three or more factors with a sparse result:
+#: every point's product goes into the result's row workspace through the sparsifier's
+#: expanded access (measured: ``ij,jk,kl->il`` over 20k x 20k CSR, 10/row, one nest, 1 thread:
+#: ~90 ns a point, against ~20 ns a product in the two steps)
+SPARSE_NEST_POINT_OPS = 16.0
+#: bytes of one coordinate or position
+INDEX_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Bytes moved, operations, and their time in seconds (``seconds`` orders plans)."""
+
+    bytes: float
+    ops: float
+
+    @property
+    def seconds(self) -> float:
+        return self.bytes / BANDWIDTH + self.ops / OPS_PER_S
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.bytes + other.bytes, self.ops + other.ops)
+
+
+ZERO = Cost(0.0, 0.0)
+
+
+def tensor_bytes(t: TensorStats, dense: bool, itemsize: int) -> float:
+    """Bytes of ``t`` stored dense (every element) or sparse (values, coordinates, and the
+    positions of its outer level)."""
+    if dense:
+        return float(t.volume) * itemsize
+    outer = t.sizes[0] + 1 if t.sizes else 1
+    return t.nnz * (itemsize + INDEX_BYTES * max(1, len(t.sizes) - 1)) + outer * INDEX_BYTES
+
+
+def step_cost(inputs: list[tuple[TensorStats, bool]], result: TensorStats, result_dense: bool,
+              products: float, itemsize: int) -> Cost:
+    """One step: read ``inputs`` (stats, stored dense?), ``products`` multiply-adds, write
+    ``result`` (dense or sparse)."""
+    moved = sum(tensor_bytes(t, d, itemsize) for t, d in inputs)
+    moved += tensor_bytes(result, result_dense, itemsize) * (1 if result_dense else 2)
+    ops = products + (0.0 if result_dense else result.nnz * INSERT_OPS)
+    # the call itself, as operations (so that a step is never free)
+    ops += STEP_OVERHEAD_S * OPS_PER_S
+    return Cost(moved, ops)
+
+
+def dense_is_cheaper(t: TensorStats, itemsize: int) -> bool:
+    """Whether storing ``t`` dense moves fewer bytes than storing it sparse."""
+    if t.full:
+        return True
+    return tensor_bytes(t, True, itemsize) <= tensor_bytes(t, False, itemsize) and not math.isinf(t.nnz)

@@ -1,0 +1,344 @@
+"""Contraction order: which factors to combine first, where the algebra allows it.
+
+:func:`product_form` reads a statement as ``monoid[C](f1 (x) f2 (x) ... (x) fn)`` - a
+reduction by one monoid of a product of accesses under one multiply ``(x)`` - or says it
+is not one (``None``).  Only then may the factors be combined in another order, and only
+when the multiply distributes over the monoid (:data:`DISTRIBUTIVE`: plus-times, min-plus,
+max-plus, min-max, max-min, or-and, and-or, xor-and).  A nonlinear function, a comparison,
+``where``, a division, ``stored``/``dense``, an index value, or a second monoid anywhere in
+the statement make it no product: its plan is the one loop nest.
+
+The search (:func:`best_tree`) is exhaustive over subsets (dynamic programming, every
+binary tree over up to :data:`EXHAUSTIVE_UP_TO` factors) or greedy beyond (the cheapest
+step first); :func:`tree_from_path` reads numpy's path format.  A tree is a factor's
+position (a leaf) or a tuple of subtrees (a step combining them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from ..errors import SparseccError
+from ..expr import Access, Binary, Const, Expr, Reduce, Statement, Stored
+from . import cost as _cost
+from .stats import TensorStats, estimate, join_size
+
+#: (monoid, multiply) pairs whose multiply distributes over the monoid (and is associative
+#: and commutative): the only statements whose factors may be reordered
+DISTRIBUTIVE = frozenset({("sum", "*"), ("plus", "*"), ("min", "+"), ("max", "+"), ("min", "max"),
+                          ("max", "min"), ("lor", "and"), ("land", "or"), ("lxor", "and")})
+#: the semiring multiply name of each IR op (``sparsecc.semiring.MULTIPLIES`` inverted)
+MULTIPLY_NAMES = {"*": "times", "+": "plus", "min": "min", "max": "max", "and": "land", "or": "lor"}
+#: factors up to which the search is exhaustive
+EXHAUSTIVE_UP_TO = 8
+
+Tree = Union[int, tuple]
+
+
+@dataclass(frozen=True)
+class Product:
+    """A statement read as a product (see the module docstring).  ``factors``: the accesses
+    with at least one index, in the statement's order; ``scalars``: 0-d accesses and
+    constants (combined in the last step); ``contracted``: the reduced indices."""
+
+    monoid: str
+    mul: str
+    identity: object
+    factors: tuple[Access, ...]
+    scalars: tuple[Expr, ...]
+    contracted: tuple[str, ...]
+    output: str
+    indices: tuple[str, ...]
+
+    @property
+    def stored_only(self) -> bool:
+        """Whether the monoid reduces stored entries only (GraphBLAS's rule), not NumPy's sum."""
+        return self.monoid != "sum"
+
+
+def product_form(stmt: Statement, why: list | None = None) -> Product | None:
+    """``stmt`` as a :class:`Product` of at least three factors, or None (``why`` gets the
+    reason appended)."""
+    def no(reason):
+        if why is not None:
+            why.append(reason)
+        return None
+
+    e = stmt.expr
+    monoid, identity, contracted = None, None, []
+    mul = None
+    e_top_indices = e.indices if isinstance(e, Reduce) else ()
+    if isinstance(e, Reduce):
+        monoid, identity, contracted = e.op, e.identity, list(e.indices)
+        e = e.body
+        if isinstance(e, Stored) and not contracted:
+            e = e.body
+    if isinstance(e, Binary):
+        mul = e.op
+    else:
+        return no("fewer than three factors")
+    factors, scalars, nested = [], [], []
+
+    def flatten(x, inside) -> bool:
+        nonlocal monoid
+        if isinstance(x, Binary) and x.op == mul:
+            return flatten(x.left, inside) and flatten(x.right, inside)
+        if isinstance(x, Access):
+            if len(set(x.indices)) != len(x.indices):
+                return False            # a diagonal: read into a temporary by the nest itself
+            (factors if x.indices else scalars).append(x)
+            if x.indices:
+                nested.append(inside)
+            return True
+        if isinstance(x, Const):
+            scalars.append(x)
+            return True
+        if isinstance(x, Reduce) and x.op == "sum" and mul == "*" and monoid in (None, "sum") and x.identity is None:
+            monoid = "sum"
+            contracted.extend(x.indices)
+            return flatten(x.body, inside | frozenset(x.indices))
+        return False
+
+    if not flatten(e, frozenset()):
+        return no("not a product of accesses under one monoid (a function, comparison, where, division "
+                  "or another monoid in it)")
+    if monoid is None:
+        return no("no reduction: an element-wise product stays one nest")
+    if (monoid, mul) not in DISTRIBUTIVE:
+        return no(f"'{mul}' does not distribute over the monoid '{monoid}'")
+    if any(isinstance(s, Const) for s in scalars) and (monoid, mul) != ("sum", "*"):
+        return no("a constant in a semiring product")
+    if len(set(contracted)) != len(contracted) or set(contracted) & set(stmt.indices):
+        return no("an index reduced twice")
+    # a nested sum's indices are used only inside it (else it cannot be pulled out)
+    top = set(e_top_indices)
+    for f, inside in zip(factors, nested):
+        if any(i in contracted and i not in top and i not in inside for i in f.indices):
+            return no("a nested sum's index used outside it")
+    if len(set(stmt.indices)) != len(stmt.indices) or not set(stmt.indices) <= {i for f in factors for i in f.indices}:
+        return no("an output index no factor carries")
+    if len(factors) < 3:
+        return no("fewer than three factors")
+    return Product(monoid, mul, identity, tuple(factors), tuple(scalars), tuple(contracted), stmt.output,
+                   tuple(stmt.indices))
+
+
+# ---------------------------------------------------------------------------- search
+@dataclass
+class Node:
+    """A subset's best tree so far: its tree, its result's statistics, stored dense?,
+    and the cost of every step below and at it."""
+
+    tree: Tree
+    stats: TensorStats
+    dense: bool
+    cost: _cost.Cost
+
+
+class Search:
+    """The context of a search: the factors' statistics (leaves), the output indices, the
+    itemsize, and how intermediates may be stored."""
+
+    def __init__(self, leaves: list[TensorStats], dense: list[bool], output: tuple[str, ...], itemsize: int,
+                 result_dense: bool, dense_allowed):
+        self.leaves = leaves
+        self.leaf_dense = dense
+        self.output = tuple(output)
+        self.itemsize = itemsize
+        self.result_dense = result_dense
+        self.dense_allowed = dense_allowed        # (TensorStats) -> bool
+        self.n = len(leaves)
+
+    def live(self, members: frozenset, outside: frozenset | None = None) -> tuple[str, ...]:
+        """The indices a subset's result keeps: those of its factors that the output or a
+        factor outside it carries, in order of first appearance."""
+        if outside is None:
+            outside = frozenset(range(self.n)) - members
+        need = set(self.output)
+        for k in outside:
+            need.update(self.leaves[k].indices)
+        seen = {}
+        for k in sorted(members):
+            for i in self.leaves[k].indices:
+                if i in need:
+                    seen[i] = None
+        return tuple(seen)
+
+    def leaf(self, k: int) -> Node:
+        return Node(k, self.leaves[k], self.leaf_dense[k], _cost.ZERO)
+
+    def combine(self, a: Node, b: Node, indices: tuple[str, ...], root: bool) -> Node:
+        st = estimate(a.stats, b.stats, indices)
+        if root:
+            dense = self.result_dense
+        else:
+            dense = self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize)
+            if not dense and not indices:
+                return None         # a scalar stored sparse: no such format
+        step = _cost.step_cost([(a.stats, a.dense), (b.stats, b.dense)], st, dense, join_size(a.stats, b.stats),
+                               self.itemsize)
+        return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
+
+
+def best_tree(search: Search, members: list[int] | None = None, output: tuple[str, ...] | None = None,
+              greedy: bool | None = None) -> Node:
+    """The cheapest binary tree over ``members`` (default: every factor) producing
+    ``output`` (default: the statement's): exhaustive up to :data:`EXHAUSTIVE_UP_TO`
+    factors (or ``greedy=False``), greedy beyond (or ``greedy=True``)."""
+    members = list(range(search.n)) if members is None else list(members)
+    everything = frozenset(range(search.n))
+    outside = everything - frozenset(members)
+    saved = search.output
+    if output is not None:
+        search.output = tuple(output)
+    try:
+        if greedy is None:
+            greedy = len(members) > EXHAUSTIVE_UP_TO
+        return _greedy(search, members, outside) if greedy else _exhaustive(search, members, outside)
+    finally:
+        search.output = saved
+
+
+def _exhaustive(search: Search, members: list[int], outside: frozenset) -> Node:
+    best: dict[int, Node] = {}
+    bit = {m: 1 << j for j, m in enumerate(members)}
+    for m in members:
+        best[bit[m]] = search.leaf(m)
+    full = (1 << len(members)) - 1
+
+    def names(mask):
+        return frozenset(m for m in members if mask & bit[m])
+
+    stats_of: dict[int, TensorStats] = {}
+    for mask in range(1, full + 1):
+        if mask & (mask - 1) == 0:
+            continue
+        root = mask == full
+        group = names(mask)
+        indices = search.output if root else search.live(group, outside | (frozenset(members) - group))
+        low = mask & -mask
+        sub = (mask - 1) & mask
+        found = None
+        while sub:
+            if sub & low:               # each split once: the part holding the lowest member first
+                rest = mask ^ sub
+                a, b = best.get(sub), best.get(rest)
+                if a is not None and b is not None:
+                    node = search.combine(a, b, indices, root)
+                    if node is not None:
+                        if mask in stats_of:         # one estimate per subset (the first split's)
+                            node.stats = stats_of[mask]
+                        else:
+                            stats_of[mask] = node.stats
+                        if found is None or node.cost.seconds < found.cost.seconds:
+                            found = node
+            sub = (sub - 1) & mask
+        if found is not None:
+            best[mask] = found
+    return best[full]
+
+
+def _greedy(search: Search, members: list[int], outside: frozenset) -> Node:
+    nodes = [(frozenset([m]), search.leaf(m)) for m in members]
+    while len(nodes) > 1:
+        pick = None
+        rest_all = frozenset(m for g, _ in nodes for m in g)
+        for x in range(len(nodes)):
+            for y in range(x + 1, len(nodes)):
+                gx, nx = nodes[x]
+                gy, ny = nodes[y]
+                group = gx | gy
+                root = len(nodes) == 2
+                indices = search.output if root else search.live(group, outside | (rest_all - group))
+                connected = bool(set(nx.stats.indices) & set(ny.stats.indices))
+                node = search.combine(nx, ny, indices, root)
+                if node is None:
+                    continue
+                step = (node.cost + _cost.Cost(-nx.cost.bytes - ny.cost.bytes, -nx.cost.ops - ny.cost.ops)).seconds
+                key = (not connected, step, x, y)
+                if pick is None or key < pick[0]:
+                    pick = (key, x, y, group, node)
+        if pick is None:
+            raise SparseccError("no order of steps stores every intermediate")
+        _, x, y, group, node = pick
+        nodes = [n for j, n in enumerate(nodes) if j not in (x, y)] + [(group, node)]
+    return nodes[0][1]
+
+
+def tree_from_path(path, n: int) -> Tree:
+    """The tree of numpy's path format (``[(1, 2), (0, 1)]``, optionally led by
+    ``"einsum_path"``): each tuple names positions in the current list of operands, which
+    are combined and the result appended.  A SparseccError unless it ends with one."""
+    items = list(path)
+    if items and isinstance(items[0], str):
+        if items[0] != "einsum_path":
+            raise SparseccError(f"optimize= path {path!r}: a path starts with 'einsum_path' or a tuple")
+        items = items[1:]
+    current: list[Tree] = list(range(n))
+    for step in items:
+        if isinstance(step, (str, bytes)) or not hasattr(step, "__iter__"):
+            raise SparseccError(f"optimize= path {path!r}: each step is a tuple of operand positions, got {step!r}")
+        pos = list(step)
+        if not pos or not all(isinstance(p, int) and not isinstance(p, bool) for p in pos):
+            raise SparseccError(f"optimize= path {path!r}: step {tuple(pos)!r} must name at least one "
+                                f"operand position (integers)")
+        if len(set(pos)) != len(pos) or any(p < 0 or p >= len(current) for p in pos):
+            raise SparseccError(f"optimize= path {path!r}: step {tuple(pos)!r} names positions outside "
+                                f"0..{len(current) - 1} or one twice ({len(current)} operand(s) at that point)")
+        picked = tuple(current[p] for p in pos)
+        current = [t for j, t in enumerate(current) if j not in pos] + [picked if len(picked) > 1 else picked[0]]
+    if len(current) != 1:
+        raise SparseccError(f"optimize= path {path!r} leaves {len(current)} operands; it must combine all "
+                            f"{n} into one")
+    tree = current[0]
+    return tree if isinstance(tree, tuple) else (tree,)
+
+
+def path_of(tree: Tree, n: int) -> tuple[tuple[int, ...], ...]:
+    """``tree`` in numpy's path format over ``n`` leaves (the inverse of :func:`tree_from_path`)."""
+    current: list = list(range(n))
+    out = []
+
+    def visit(t):
+        if isinstance(t, int):
+            return t
+        kids = [visit(c) for c in t]
+        pos = tuple(sorted(current.index(k) for k in kids))
+        for p in sorted(pos, reverse=True):
+            del current[p]
+        current.append(t)
+        out.append(pos)
+        return t
+    visit(tree)
+    return tuple(out)
+
+
+def leaves_of(tree: Tree) -> list[int]:
+    if isinstance(tree, int):
+        return [tree]
+    return [k for c in tree for k in leaves_of(c)]
+
+
+def is_single(tree: Tree, n: int) -> bool:
+    return isinstance(tree, tuple) and len(tree) == n and all(isinstance(c, int) for c in tree)
+
+
+def full_join(search: Search) -> TensorStats:
+    """The statistics of every factor joined, nothing reduced (what one nest visits)."""
+    st = search.leaves[0]
+    for other in search.leaves[1:]:
+        st = estimate(st, other, tuple(dict.fromkeys(st.indices + other.indices)))
+    return st
+
+
+def single_cost(search: Search) -> _cost.Cost:
+    """The cost of the one loop nest: it visits at least every point of the full join."""
+    joined = full_join(search)
+    out = search.output
+    sizes = dict(zip(joined.indices, joined.sizes))
+    result = TensorStats(out, tuple(sizes[i] for i in out), min(joined.nnz, math.prod(sizes[i] for i in out)))
+    points = joined.nnz * (1.0 if search.result_dense else _cost.SPARSE_NEST_POINT_OPS)
+    return _cost.step_cost([(s, d) for s, d in zip(search.leaves, search.leaf_dense)], result,
+                           search.result_dense, points, search.itemsize)

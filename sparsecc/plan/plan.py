@@ -1,0 +1,460 @@
+"""A plan: the steps that compute a statement, each a statement of its own.
+
+:func:`make_plan` reads the statement (:func:`path.product_form`), the operands'
+statistics and the result's format, and returns a :class:`Plan`: a tuple of
+:class:`Step`, each a ``Statement`` over the operands (positional, ``#0``, ``#1``, ...) named
+in ``inputs`` - the statement's own operands or earlier steps' results - with the format its
+result is stored in and its estimated entries.  The plan of a statement that is no product
+of three or more factors is its one loop nest (one step: the statement itself).
+
+How a plan is chosen (docs/planning.md):
+
+1. **Mask rule.** A sparse factor carrying every output index bounds the result's pattern:
+   the product of the other factors is needed only at its entries.  Where it stores fewer
+   entries than that product would, the mask stays in the nest that computes the product's
+   last step (GraphBLAS's masked ``mxm``; SDDMM; triangle counting ``ij,jk,ik->``, which
+   never builds ``L @ L``): with two other factors the whole statement is one nest.
+2. **Order.** Otherwise the cheapest tree of two-factor steps (``path.best_tree``; cost:
+   ``cost.step_cost`` of each step from the estimated entries of its operands and result).
+3. **One nest rule.** Where the one nest visits fewer points (its full join) than the
+   tree's steps cost, the plan is the one nest (element-wise products, small factors).
+
+Each intermediate's index order follows the loop order of the step that reads it (its
+indices shared with the reading step's outer operand first), and its format is ``dense``
+where that moves fewer bytes and the algebra allows it (a NumPy sum whose result is dense,
+or a product of dense operands), else ``csr``/``dcsr`` (rank 2; DCSR where few rows are
+non-empty) or ``coo`` (rank 1 and 3+): a sparse result, or a semiring's product over stored
+entries, keeps every intermediate's pattern, so the result stores exactly the entries the
+one nest stores.  Plans are deterministic: the same statistics give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import SparseccError
+from ..expr import Access, Binary, Const, Reduce, Statement, Stored, accesses
+from . import cost as _cost
+from . import path as _path
+from .stats import TensorStats, estimate
+
+#: below this share of non-empty rows a sparse matrix intermediate is DCSR
+DCSR_BELOW = 1 / 16
+#: index letters of step statements, in order of first appearance (einsum's own style)
+LETTERS = "ijklmnopqrstuvwxyzabcdefghABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: ``statement`` (operands ``#0``, ``#1``, ... = ``inputs``), its result named
+    ``output`` with ``indices`` (the statement's index names), stored as ``format``;
+    ``entries``: its estimated stored entries (None: not estimated); ``seconds``: its
+    estimated cost; ``text``: the step in index notation with the real names."""
+
+    statement: Statement
+    inputs: tuple[str, ...]
+    output: str
+    indices: tuple[str, ...]
+    format: str
+    entries: float | None
+    seconds: float | None
+    text: str
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def subscripts(self) -> str:
+        """The step as einsum subscripts (``"ij,j->i"``)."""
+        s = self.statement
+        return ",".join("".join(a.indices) for a in accesses(s.expr)) + "->" + "".join(s.indices)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The steps of a statement (see the module docstring).  ``path``: the tree in numpy's
+    path format (``optimize=`` takes it back); ``reason``: why this plan; ``seconds`` and
+    ``single_seconds``: the estimated costs of the plan and of the one loop nest (None:
+    not estimated)."""
+
+    statement: Statement
+    steps: tuple[Step, ...]
+    path: tuple[tuple[int, ...], ...]
+    reason: str
+    seconds: float | None = None
+    single_seconds: float | None = None
+
+    @property
+    def single(self) -> bool:
+        """Whether the plan is the statement's one loop nest."""
+        return len(self.steps) == 1 and self.steps[0].statement == self.statement
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __str__(self) -> str:
+        def ms(s):
+            return "?" if s is None else f"{s * 1e3:.3g} ms"
+        head = f"plan for {self.statement}: {len(self.steps)} step{'s' if len(self.steps) != 1 else ''}"
+        if self.seconds is not None:
+            head += f", est. {ms(self.seconds)}"
+            if self.single_seconds is not None and not self.single:
+                head += f" (one nest: est. {ms(self.single_seconds)})"
+        lines = [head, f"  why: {self.reason}"]
+        width = max(len(s.text) for s in self.steps)
+        for n, s in enumerate(self.steps, 1):
+            vol = math.prod(s.shape) if s.shape else 0
+            if s.entries is None:
+                size = "entries not estimated"
+            else:
+                size = f"~{s.entries:,.0f} entries"
+                if vol:
+                    pct = 100 * s.entries / vol
+                    size += (f" ({pct:.0f}%)" if pct >= 10 else f" ({pct:.2g}%)") if s.indices else ""
+            lines.append(f"  {n}. {s.text.ljust(width)}  {s.subscripts:<14} {s.format:<6} {size}"
+                         + (f"  est. {ms(s.seconds)}" if s.seconds is not None else ""))
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ making one
+def single_plan(stmt: Statement, result_format: str, reason: str, entries=None, seconds=None,
+                single_seconds=None, n: int | None = None) -> Plan:
+    step = Step(stmt, tuple(stmt.operands), stmt.output, tuple(stmt.indices), result_format, entries, seconds,
+                str(stmt))
+    path = (tuple(range(n)),) if n else ()
+    return Plan(stmt, (step,), path, reason, seconds, single_seconds)
+
+
+def _is_path(optimize) -> bool:
+    return not isinstance(optimize, (bool, str)) and hasattr(optimize, "__iter__")
+
+
+def check_optimize(optimize):
+    """``optimize`` as the planner takes it (True, False, "greedy", "optimal" or a path as
+    a tuple of tuples); a SparseccError for anything else."""
+    if optimize is True or optimize is False:
+        return optimize
+    if isinstance(optimize, str):
+        if optimize in ("greedy", "optimal"):
+            return optimize
+        raise SparseccError(f"optimize={optimize!r}: expected True, False, 'greedy', 'optimal' or a path "
+                            f"like [(1, 2), (0, 1)]")
+    if _is_path(optimize):
+        items = list(optimize)
+        out = []
+        for k, step in enumerate(items):
+            if k == 0 and isinstance(step, str):
+                if step != "einsum_path":
+                    raise SparseccError(f"optimize= path {optimize!r}: a path starts with 'einsum_path' or a tuple")
+                continue
+            if isinstance(step, (str, bytes)) or not hasattr(step, "__iter__"):
+                raise SparseccError(f"optimize= path {optimize!r}: each step is a tuple of operand positions, "
+                                    f"got {step!r}")
+            pos = tuple(step)
+            if not pos or not all(isinstance(p, int) and not isinstance(p, bool) for p in pos):
+                raise SparseccError(f"optimize= path {optimize!r}: step {pos!r} must name at least one operand "
+                                    f"position (integers)")
+            out.append(pos)
+        return tuple(out)
+    raise SparseccError(f"optimize={optimize!r}: expected True, False, 'greedy', 'optimal' or a path like "
+                        f"[(1, 2), (0, 1)]")
+
+
+def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, bool], result_format: str,
+              itemsize: int = 8, optimize=True) -> Plan:
+    """The plan of ``stmt`` for operands of statistics ``stats`` (by operand name, indices
+    in any names), stored dense or not (``dense``), its result stored as
+    ``result_format`` (``"dense"`` or a sparse format's name), values of ``itemsize``
+    bytes; ``optimize``: True (the best plan), ``"optimal"`` (exhaustive search),
+    ``"greedy"``, or a path in numpy's format."""
+    optimize = check_optimize(optimize)
+    why: list[str] = []
+    prod = _path.product_form(stmt, why)
+    path = optimize if isinstance(optimize, tuple) else None
+    if prod is None:
+        if path is not None and not (len(path) == 1 and sorted(path[0]) == list(range(len(path[0])))
+                                     and len(path[0]) == _n_accesses(stmt)):
+            if len(path) > 1:
+                raise SparseccError(f"optimize= path {list(path)!r}: '{stmt}' cannot be computed in steps "
+                                    f"({why[0] if why else 'not a product'}); only its one loop nest "
+                                    f"(optimize=False) runs it")
+        return single_plan(stmt, result_format, f"one loop nest: {why[0] if why else 'not a product'}")
+    leaves = [stats[f.tensor].renamed(f.indices) for f in prod.factors]
+    leaf_dense = [dense[f.tensor] for f in prod.factors]
+    result_dense = result_format == "dense"
+
+    def dense_allowed(st: TensorStats) -> bool:
+        return st.full or (prod.monoid == "sum" and result_dense)
+
+    search = _path.Search(leaves, leaf_dense, prod.indices, itemsize, result_dense, dense_allowed)
+    n = len(leaves)
+    single = _path.single_cost(search)
+    if path is not None:
+        tree = _path.tree_from_path(path, n)
+        if _path.is_single(tree, n):
+            return single_plan(stmt, result_format, "one loop nest: the path given", None, single.seconds,
+                               single.seconds, n)
+        return _build(stmt, prod, search, tree, result_format, itemsize, "the path given", single)
+    greedy = None if optimize in (True,) else optimize == "greedy"
+    # 1. the mask rule
+    mask = _mask(search, prod, greedy)
+    if mask is not None:
+        z, rest, node = mask
+        reason = (f"masked by {_name(prod.factors[z].tensor)}: it stores {leaves[z].nnz:,.0f} entries, "
+                  f"the product it masks ~{node.stats.nnz:,.0f}")
+        if len(rest) == 2:
+            return single_plan(stmt, result_format, "one loop nest: " + reason, None, single.seconds,
+                               single.seconds, n)
+        tree = (z,) + tuple(node.tree)
+        return _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
+    # 2. the order
+    best = _path.best_tree(search, greedy=greedy)
+    # 3. the one-nest rule
+    if single.seconds <= best.cost.seconds:
+        return single_plan(stmt, result_format,
+                           f"one loop nest: it visits ~{_path.full_join(search).nnz:,.0f} points, est. "
+                           f"{single.seconds * 1e3:.3g} ms, the cheapest steps est. {best.cost.seconds * 1e3:.3g} ms",
+                           None, single.seconds, single.seconds, n)
+    how = "greedy" if (greedy or (greedy is None and n > _path.EXHAUSTIVE_UP_TO)) else "exhaustive"
+    return _build(stmt, prod, search, best.tree, result_format, itemsize,
+                  f"cheapest order ({how} search over {n} factors)", single)
+
+
+def _n_accesses(stmt: Statement) -> int:
+    return len([a for a in accesses(stmt.expr) if a.indices])
+
+
+def _name(tensor: str) -> str:
+    return f"T{tensor[1:]}" if tensor.startswith("#") else tensor
+
+
+def _mask(search: _path.Search, prod: _path.Product, greedy):
+    """The mask rule (module docstring): ``(mask factor, the other factors, their best
+    tree)`` where it applies, else None.  The sparsest such mask is taken."""
+    out = set(prod.indices)
+    found = None
+    for z, leaf in enumerate(search.leaves):
+        if search.leaf_dense[z] or leaf.full or not out <= set(leaf.indices):
+            continue
+        rest = [k for k in range(search.n) if k != z]
+        keep = tuple(i for i in search.live(frozenset(rest), frozenset()) if i in leaf.indices or i in out)
+        keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices if i in keep))
+        saved = (search.result_dense, search.dense_allowed)
+        search.result_dense = False                 # what it masks is never stored: rate it sparse
+        search.dense_allowed = lambda st: st.full
+        try:
+            node = _path.best_tree(search, rest, keep, greedy)
+        finally:
+            search.result_dense, search.dense_allowed = saved
+        if leaf.nnz < node.stats.nnz and (found is None or leaf.nnz < search.leaves[found[0]].nnz):
+            found = (z, rest, node)
+    return found
+
+
+def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> TensorStats:
+    """Bottom-up statistics of ``tree``'s nodes (a k-ary node: its children joined in order)."""
+    if isinstance(tree, int):
+        return search.leaves[tree]
+    kids = [_stats_of(search, c, members_cache, False) for c in tree]
+    members = frozenset(_path.leaves_of(tree))
+    indices = search.output if root else search.live(members)
+    st = kids[0]
+    for j, other in enumerate(kids[1:], 1):
+        last = j == len(kids) - 1
+        if last:
+            want = indices
+        else:
+            rest = frozenset(m for c in tree[j + 1:] for m in _path.leaves_of(c)) | (
+                frozenset(range(search.n)) - members)
+            need = set(indices)
+            for m in rest:
+                need.update(search.leaves[m].indices)
+            want = tuple(i for i in dict.fromkeys(st.indices + other.indices) if i in need)
+        st = estimate(st, other, want)
+    members_cache[id(tree)] = (members, st)
+    return st
+
+
+def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, result_format: str, itemsize: int,
+           reason: str, single: _cost.Cost) -> Plan:
+    """The steps of ``tree`` (post-order), their index orders (top-down: as the reading
+    step loops), formats and statements."""
+    n = search.n
+    info: dict = {}
+    _stats_of(search, tree, info, True)
+    # index orders: each intermediate in the order the step that makes it loops (its first
+    # input's indices first: CSR operands are read row by row), the result in its own
+    def terms_of(node):
+        return [search.leaves[c].indices if isinstance(c, int) else order[id(c)] for c in node]
+
+    def loop_of(node, kids_order) -> list[str]:
+        terms = terms_of(node)
+        loop: list[str] = []
+        for j in kids_order:
+            loop += [i for i in terms[j] if i not in loop]
+        return loop
+
+    order: dict[int, tuple[str, ...]] = {}
+
+    def natural(node):
+        if isinstance(node, int):
+            return
+        for c in node:
+            natural(c)
+        if node is tree:
+            mine = tuple(prod.indices)
+            terms = terms_of(node)
+            owner = next((j for j, t in enumerate(terms) if mine and mine[0] in t), 0)
+        else:
+            owner = 0
+        kids_order = [owner] + [j for j in range(len(node)) if j != owner]
+        info[("kids", id(node))] = kids_order
+        if node is tree:
+            order[id(node)] = tuple(prod.indices)
+        else:
+            loop = loop_of(node, kids_order)
+            order[id(node)] = tuple(sorted(info[id(node)][1].indices, key=loop.index))
+    natural(tree)
+    # where the step reading an intermediate loops over it the other way round: CSC
+    transposed: set[int] = set()
+
+    def readers(node):
+        if isinstance(node, int):
+            return
+        loop = loop_of(node, info[("kids", id(node))])
+        for c in node:
+            if not isinstance(c, int):
+                want = tuple(sorted(order[id(c)], key=loop.index))
+                # (a masked nest of three or more inputs finds its own loop order)
+                if len(want) == 2 and want != order[id(c)] and len(node) == 2:
+                    transposed.add(id(c))
+                readers(c)
+    readers(tree)
+    steps: list[Step] = []
+    names: dict[int, str] = {}
+    total = _cost.ZERO
+    result_dense = result_format == "dense"
+
+    def emit(node, root):
+        nonlocal total
+        if isinstance(node, int):
+            return
+        for c in node:
+            emit(c, False)
+        kids = [node[j] for j in info[("kids", id(node))]]
+        st = info[id(node)][1]
+        idx = order[id(node)]
+        st_ordered = TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
+                                 tuple(st.counts[st.indices.index(i)] for i in idx),
+                                 tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        if root:
+            fmt = result_format
+        else:
+            fmt = _format(st_ordered, search.dense_allowed, itemsize)
+            if fmt in ("csr", "dcsr") and id(node) in transposed:
+                fmt = "csc"
+        inputs, terms, kid_stats = [], [], []
+        for c in kids:
+            if isinstance(c, int):
+                f = prod.factors[c]
+                inputs.append(f.tensor)
+                terms.append(f.indices)
+                kid_stats.append((search.leaves[c], search.leaf_dense[c]))
+            else:
+                inputs.append(names[id(c)])
+                terms.append(order[id(c)])
+                cst = info[id(c)][1]
+                kid_stats.append((cst, steps_by_name[names[id(c)]].format == "dense"))
+        scalars = prod.scalars if root else ()
+        statement = step_statement(prod, terms, idx, scalars, root and stmt)
+        for s in scalars:
+            if isinstance(s, Access):
+                inputs.append(s.tensor)
+        dense = fmt == "dense"
+        products = 1.0
+        joined = kid_stats[0][0]
+        for other, _ in kid_stats[1:]:
+            joined = estimate(joined, other, tuple(dict.fromkeys(joined.indices + other.indices)))
+        c = _cost.step_cost(kid_stats, st_ordered, dense, joined.nnz, itemsize)
+        total = total + c
+        out_name = stmt.output if root else f"t{len(steps)}"
+        names[id(node)] = out_name
+        text = _text(prod, out_name, idx, inputs, terms, scalars)
+        step = Step(statement, tuple(inputs), out_name, idx, fmt, float(st.nnz), c.seconds, text,
+                    st_ordered.sizes)
+        steps.append(step)
+        steps_by_name[out_name] = step
+    steps_by_name: dict[str, Step] = {}
+    emit(tree, True)
+    return Plan(stmt, tuple(steps), _path.path_of(tree, n), reason, total.seconds, single.seconds)
+
+
+def _format(st: TensorStats, dense_allowed, itemsize: int) -> str:
+    """The format an intermediate is stored in (module docstring)."""
+    if not st.indices:
+        return "dense"
+    if dense_allowed(st) and _cost.dense_is_cheaper(st, itemsize):
+        return "dense"
+    if len(st.indices) == 2:
+        rows = st.nonempty_slices(st.indices[0])
+        return "dcsr" if st.sizes[0] and rows < DCSR_BELOW * st.sizes[0] else "csr"
+    return "coo"
+
+
+def step_statement(prod: _path.Product, terms: list[tuple[str, ...]], out: tuple[str, ...], scalars=(),
+                   original: Statement | None = None) -> Statement:
+    """The statement of one step: ``terms`` (each factor's indices) combined by the
+    product's multiply and reduced by its monoid onto ``out``, in einsum's own form (what
+    ``parse_einsum`` and ``semiring.apply`` make of the same subscripts, with index letters
+    in order of first appearance), so a step reuses the kernels of the same two-operand
+    einsum; ``scalars`` (0-d accesses, constants) join the product (the last step)."""
+    letter: dict[str, str] = {}
+    for t in list(terms) + [out]:
+        for i in t:
+            if i not in letter:
+                if len(letter) >= len(LETTERS):
+                    raise SparseccError("a step with more than 52 indices")
+                letter[i] = LETTERS[len(letter)]
+    accesses_ = [Access(f"#{k}", tuple(letter[i] for i in t)) for k, t in enumerate(terms)]
+    k = len(terms)
+    extra = []
+    for s in scalars:
+        if isinstance(s, Access):
+            extra.append(Access(f"#{k}", ()))
+            k += 1
+    consts = [s for s in scalars if isinstance(s, Const)]
+    factors = accesses_ + extra
+    mul = prod.mul
+    body = factors[0]
+    for f in factors[1:]:
+        body = Binary(mul, body, f)
+    for c in consts:
+        body = Binary("*", c, body)
+    out_l = tuple(letter[i] for i in out)
+    seen = dict.fromkeys(i for t in terms for i in t)
+    red = tuple(letter[i] for i in seen if i not in out)
+    if prod.monoid == "sum" and mul == "*":
+        expr = Reduce("sum", red, body) if red else body
+    else:
+        expr = Reduce(prod.monoid, red, body if red else Stored(body), prod.identity)
+    return Statement("out", out_l, expr, tuple(f"#{j}" for j in range(k)))
+
+
+_SYMBOL = {"*": " * ", "+": " + "}
+
+
+def _text(prod: _path.Product, out: str, idx, inputs, terms, scalars) -> str:
+    op = _SYMBOL.get(prod.mul, f" {prod.mul} ")
+    parts = []
+    for s in scalars:
+        if isinstance(s, Const):
+            parts.append(repr(s.value))
+    for name, t in zip(inputs, terms):
+        parts.append(f"{_name(name)}[{','.join(t)}]")
+    for s in scalars:
+        if isinstance(s, Access):
+            parts.append(_name(s.tensor))
+    body = op.join(parts)
+    red = [i for i in dict.fromkeys(i for t in terms for i in t) if i not in idx]
+    rhs = f"{prod.monoid}[{','.join(red)}]({body})" if red else body
+    lhs = f"{out}[{','.join(idx)}]" if idx else out
+    return f"{lhs} = {rhs}"
