@@ -17,9 +17,10 @@ from .formats import Format
 from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
+from .planned import plan
 from . import ops
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "explore", "cache_info", "Format", "Options", "Semiring",
+__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
            "__version__", "set_num_threads", "get_num_threads"]

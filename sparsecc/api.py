@@ -12,6 +12,7 @@ from .formats import Format
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from .make import _kernels, make_kernel as _kernel  # noqa: F401  (the memo of Kernel objects)
+from .plan import check_optimize
 from .runtime.kernel import STATS, Kernel, Stats
 from .runtime.operands import as_operand, to_coo
 from .runtime.validate import validate
@@ -32,7 +33,7 @@ def _on_device(options: Options | None, device) -> Options | None:
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
             check: bool = True, semiring=None, autotune: bool = False, device: str | None = None,
-            **named_formats) -> Kernel:  # noqa: A001
+            optimize=True, **named_formats) -> Kernel:  # noqa: A001
     """Compile an expression into a reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum subscripts: one format per operand, by
@@ -69,6 +70,10 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
             chosen kernel. Not with a semiring or an ellipsis.
         device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
             are copied to the GPU and the result back (docs: GPU).
+        optimize: How a statement of three or more factors runs: ``True`` (default) plans it
+            from the operands (contraction order, intermediates' formats; docs: Planning);
+            ``"greedy"``/``"optimal"`` choose the search; a path in ``numpy.einsum``'s format
+            (``[(1, 2), (0, 1)]``) fixes the order; ``False`` runs one loop nest.
         **named_formats (str | Format | list | None): Index notation only: formats by operand name (``A="csr"``).
 
     Returns:
@@ -105,11 +110,12 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
         if named_formats:
             raise FormatError(f"einsum kernels take formats by position, got keyword(s) {', '.join(named_formats)}")
         return EinsumFamily(expr, tuple(formats), options, out_format, prune, check, semiring)
-    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check, semiring)
+    return _kernel(expr, tuple(formats), named_formats, options, out_format, prune, check, semiring,
+                   check_optimize(optimize))
 
 
 def einsum(subscripts, *operands, formats=None, options: Options | None = None, out_format=None,
-           prune: bool = False, check: bool = True, semiring=None, device: str | None = None):
+           prune: bool = False, check: bool = True, semiring=None, device: str | None = None, optimize=True):
     """``numpy.einsum`` over sparse and dense operands, computed by compiled code.
 
     Subscripts as in NumPy, ellipsis (``"...ij,...jk->...ik"``) and size-1 broadcasting
@@ -143,6 +149,10 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
 
         device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
             are copied to the GPU and the result back (docs: GPU).
+        optimize: ``True`` (default): three or more operands run as a plan of steps chosen
+            from the operands (docs: Planning); ``"greedy"``, ``"optimal"``: that search; a
+            path in ``numpy.einsum_path``'s format (``[(1, 2), (0, 1)]``); ``False``: one loop
+            nest. Two operands always run as one nest.
     Returns:
         result (numpy.ndarray | scipy.sparse.sparray): A NumPy array (dense results, 0-d for
             a full contraction) or a SciPy sparse array (sparse results, see
@@ -164,7 +174,8 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
     repeat = None
     if type(subscripts) is str and (prune is False or prune is True) and (check is True or check is False):
         try:
-            repeat = (subscripts, len(operands), formats, options, out_format, prune, check, semiring, device)
+            repeat = (subscripts, len(operands), formats, options, out_format, prune, check, semiring, device,
+                      optimize)
             k = _einsum_kernels.get(repeat)
         except TypeError:       # unhashable arguments (formats as a list): the full path
             repeat = k = None
@@ -181,9 +192,10 @@ def einsum(subscripts, *operands, formats=None, options: Options | None = None, 
     if looks_like_notation(subscripts):
         raise SparseccError("einsum takes subscripts like 'ij,j->i'; use sc.evaluate for index notation")
     formats = _check_formats(formats, len(operands))
+    optimize = check_optimize(optimize)
     expanded, operands, formats = _expand(subscripts, operands, formats)
     parse_einsum(expanded, len(operands))   # subscript and operand-count errors, in einsum's terms
-    k = _kernel(expanded, formats or (), {}, options, out_format, prune, check, semiring)
+    k = _kernel(expanded, formats or (), {}, options, out_format, prune, check, semiring, optimize)
     if repeat is not None and "." not in subscripts and expanded == subscripts:
         _einsum_kernels[repeat] = k
     return k(*operands)
@@ -388,7 +400,8 @@ class EinsumFamily:
 
 
 def evaluate(statement: str, *positional, formats=None, options: Options | None = None,
-             out_format=None, prune: bool = False, check: bool = True, device: str | None = None, **operands):
+             out_format=None, prune: bool = False, check: bool = True, device: str | None = None,
+             optimize=True, **operands):
     """Evaluate one index-notation statement: ``sc.evaluate("y[i] = A[i,j] * x[j]", A=A, x=x)``.
 
     The kernel is compiled on the first call and cached. Reductions are sums over indices
@@ -419,6 +432,8 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
 
         device: ``"cpu"`` (default) or ``"cuda"``: PTX for an NVIDIA GPU; NumPy/SciPy operands
             are copied to the GPU and the result back (docs: GPU).
+        optimize: As for ``sc.einsum``: a sum of products of three or more factors runs as a
+            plan (docs: Planning) unless ``False``.
     Returns:
         result (numpy.ndarray | scipy.sparse.sparray): A NumPy array (dense results) or a
             SciPy sparse array (sparse results).
@@ -435,11 +450,12 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
             compiler crash; the Python process keeps running).
     """
     options = _on_device(options, device)
+    optimize = check_optimize(optimize)
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
     if formats is None or isinstance(formats, dict):
-        return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check)(*positional,
-                                                                                            **operands)
+        return _kernel(statement, (), dict(formats or {}), options, out_format, prune, check, None,
+                       optimize)(*positional, **operands)
     if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
         raise FormatError(f"formats is a dict by operand name or a sequence in operand order, got {formats!r}")
     formats = tuple(formats)
@@ -447,7 +463,7 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
     if len(formats) != len(names):
         raise OperandError(f"formats names {len(formats)} format(s), but '{statement}' has {len(names)} "
                            f"operand(s) ({', '.join(names)}); or pass a dict by name")
-    return _kernel(statement, formats, {}, options, out_format, prune, check)(*positional, **operands)
+    return _kernel(statement, formats, {}, options, out_format, prune, check, None, optimize)(*positional, **operands)
 
 
 def cache_info() -> Stats:

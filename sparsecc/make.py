@@ -15,6 +15,7 @@ import numpy as np
 from .errors import FormatError, OperandError, SparseccError
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
+from .planned import attach
 from .runtime.kernel import Kernel
 from .semiring import apply as apply_semiring
 from .semiring import lookup as lookup_semiring
@@ -27,7 +28,7 @@ def _einsum_arity(subscripts: str) -> int:
 
 
 def make_kernel(expr: str, positional: tuple, named: dict, options: Options | None,
-                out_format=None, prune: bool = False, check: bool = True, semiring=None) -> Kernel:
+                out_format=None, prune: bool = False, check: bool = True, semiring=None, optimize=True) -> Kernel:
     """The ``Kernel`` for ``expr`` with formats ``positional`` (by position) and ``named`` (by
     operand name, index notation only): the memoized one where the arguments hash."""
     options = DEFAULT if options is None else options
@@ -38,7 +39,7 @@ def make_kernel(expr: str, positional: tuple, named: dict, options: Options | No
             raise SparseccError(f"{flag} must be True or False, got {v!r}")
     try:
         key = (expr, positional, tuple(sorted(named.items())), options, out_format, bool(prune), bool(check),
-               semiring)
+               semiring, optimize)
         k = _kernels.get(key)
     except TypeError:           # unhashable format objects: no memo
         key, k = None, None
@@ -72,6 +73,8 @@ def make_kernel(expr: str, positional: tuple, named: dict, options: Options | No
             raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
         formats = dict(zip(stmt.operands, positional))
     k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune, check=check)
+    if optimize is not False:       # a product of three or more factors plans its calls
+        attach(k, optimize)
     if key is not None:
         _kernels[key] = k
     return k

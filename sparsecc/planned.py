@@ -1,0 +1,237 @@
+"""Planned calls: a kernel whose statement is a product of three or more factors runs as its
+plan's steps (docs/planning.md).
+
+``attach`` (called by ``Kernel.__init__`` for ``optimize=`` other than False) turns such a
+kernel into a :class:`PlannedKernel`; every other kernel (two operands, a non-product) stays
+a plain ``Kernel`` and its calls take exactly the usual path.  A planned call:
+
+1. binds and reads its operands (SciPy/NumPy; anything else - Dask, torch, device arrays -
+   takes the one-nest path as before);
+2. looks its plan up by a coarse statistics class of the operands (format, dtype, the
+   magnitude of every dimension, the density's power of two): a repeated call of the same
+   class does not plan again; a new class plans (``sparsecc.plan.make_plan``);
+3. runs each step as a compiled kernel through the usual call path (``Kernel`` objects over
+   the step's statement, cached by statement, formats and options), each intermediate the
+   SciPy/NumPy result of its step, stored in the plan's format (``out_format=``); the last
+   step stores the result in the format the one nest would (or ``out_format``).
+
+No step computes with NumPy or SciPy.  Operands of mixed dtypes are converted to the
+result's dtype first (``astype``: what ``numpy.einsum`` computes in), so intermediates are
+in the promoted dtype and integers stay exact.
+
+``make.make_kernel`` calls ``attach``; ``dispatch.py`` names this executor's place (an
+``every_call`` executor): ``attach`` is its ``claims`` by statement, ``PlannedKernel.__call__``
+its ``run``, a class of its own so that two-operand kernels keep their exact call path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import SparseccError
+from .expr import accesses, describe
+from .formats import resolve
+from .patterns import default_result_format
+from .plan import Plan, check_optimize, make_plan, of_operand, product_form
+from .plan import path as _path
+from .plan.plan import single_plan
+from .runtime import call as _call
+from .runtime.kernel import Kernel
+from .runtime.operands import as_operand
+
+#: how an intermediate of each plan format is given to the step that reads it
+_READ_AS = {"dense": None, "csr": None, "csc": None, "coo": None, "dcsr": "dcsr"}
+#: step kernels, by (statement, formats, out_format, options, prune, check)
+_STEPS: dict = {}
+_SCALARS = (int, float, complex, bool, np.generic)
+
+
+def attach(kernel: Kernel, optimize) -> None:
+    """Make ``kernel`` plan its calls when its statement is a product of three or more
+    factors (``optimize``: True, "greedy", "optimal" or a path); a bad ``optimize`` or a
+    path its statement cannot follow is a SparseccError here, before any call."""
+    optimize = check_optimize(optimize)
+    if optimize is False:
+        return
+    stmt = kernel.stmt
+    why: list[str] = []
+    prod = product_form(stmt, why)
+    if isinstance(optimize, tuple):
+        n = len(prod.factors) if prod is not None else len([a for a in accesses(stmt.expr) if a.indices])
+        tree = _path.tree_from_path(optimize, n)
+        if prod is None and not _path.is_single(tree, n):
+            raise SparseccError(f"optimize= path {list(optimize)!r}: '{kernel.source}' cannot be computed in "
+                                f"steps ({why[0] if why else 'not a product'}); only its one loop nest runs it")
+    if prod is None or kernel.options.device != "cpu":
+        return
+    kernel._optimize = optimize
+    kernel._plans = {}
+    kernel._last_plan = None
+    kernel._last_steps = ()
+    kernel.__class__ = PlannedKernel
+
+
+def _kind(x) -> bool:
+    return isinstance(x, np.ndarray) or sp.issparse(x) or isinstance(x, _SCALARS)
+
+
+def _class_key(values) -> tuple:
+    """The statistics class of a call's operands (a plan is reused within one)."""
+    key = []
+    for x in values:
+        shape = x.shape
+        if type(x) is np.ndarray:
+            key.append((0, x.dtype.char, tuple(int(s).bit_length() for s in shape)))
+        else:
+            size = math.prod(shape)
+            key.append((x.format, x.dtype.char, tuple(int(s).bit_length() for s in shape),
+                        (size // max(int(x.nnz), 1)).bit_length()))
+    return tuple(key)
+
+
+class PlannedKernel(Kernel):
+    """A kernel whose calls run its plan (module docstring).  ``plan(*operands)`` gives the
+    plan a call with those operands runs; ``ir(stage, step=k)`` the IR of the k-th step
+    (from 1) of the last planned call."""
+
+    def __call__(self, *args, **kwargs):
+        ops = self.bind(*args, **kwargs)
+        if self._library is not None or not all(_kind(x) for x in ops):
+            return _call.call(self, *args, **kwargs)
+        values = self._values(ops)
+        plan = self._plan_for(values)
+        if plan.single:
+            return _call.call(self, *values)
+        return self._run(plan, values)
+
+    def _values(self, ops) -> list:
+        whats = self.operand_descriptions()
+        return [x if isinstance(x, np.ndarray) or sp.issparse(x) else as_operand(x, w) for x, w in zip(ops, whats)]
+
+    def plan(self, *args, **kwargs) -> Plan:
+        """The plan a call with these operands runs (planned once per statistics class)."""
+        ops = self.bind(*args, **kwargs)
+        if not all(_kind(x) for x in ops):
+            return single_plan(self.stmt, "dense", "one loop nest: operands other than NumPy/SciPy arrays")
+        return self._plan_for(self._values(ops))
+
+    def _plan_for(self, values) -> Plan:
+        key = _class_key(values)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._make_plan(values)
+        return plan
+
+    def _make_plan(self, values) -> Plan:
+        stmt = self.stmt
+        stats, dense = {}, {}
+        for name, x in zip(stmt.operands, values):
+            spec = self.formats.get(name)
+            if spec is not None:
+                try:
+                    dense[name] = resolve(spec, np.ndim(x), describe(name)).is_dense
+                except SparseccError:
+                    dense[name] = not sp.issparse(x)
+            else:
+                dense[name] = not sp.issparse(x)
+            # a sparse operand stored dense is read as dense (every element), and the reverse
+            stats[name] = of_operand(x)
+        sparse = frozenset(n for n in stmt.operands if not dense[n])
+        if self.out_format is None:
+            rf = default_result_format(stmt, sparse)
+        elif isinstance(self.out_format, str):
+            rf = self.out_format.strip().lower()
+        else:
+            rf = "dense" if getattr(self.out_format, "is_dense", False) else str(self.out_format)
+        itemsize = self.result_dtype([x.dtype for x in values]).itemsize
+        return make_plan(stmt, stats, dense, rf, itemsize, self._optimize)
+
+    def _run(self, plan: Plan, values):
+        stmt = self.stmt
+        env = dict(zip(stmt.operands, values))
+        out_dtype = self.result_dtype([x.dtype for x in values])
+        if any(x.dtype != out_dtype for x in values):
+            # numpy.einsum computes in the result's dtype: intermediates too (integers exact)
+            env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in env.items()}
+        formats = {}
+        kernels = []
+        last = plan.steps[-1]
+        for step in plan.steps:
+            root = step is last
+            fmts = tuple(self.formats.get(n) if n in stmt.operands else _READ_AS[formats[n]] for n in step.inputs)
+            out_format = (self.out_format if self.out_format is not None else step.format) if root else step.format
+            k = _step_kernel(step, fmts, out_format, self.options, self.prune if root else False, self.check)
+            kernels.append(k)
+            env[step.output] = k(*[env[n] for n in step.inputs])
+            formats[step.output] = step.format
+        self._last_plan, self._last_steps = plan, tuple(kernels)
+        self._last = kernels[-1]._last
+        return env[last.output]
+
+    def ir(self, stage: str = "mlir", step: int | None = None) -> str:
+        """The IR of the one nest (``step=None``, as ``Kernel.ir``) or of step ``step``
+        (from 1) of the last planned call."""
+        if step is None:
+            return Kernel.ir(self, stage)
+        steps = self._last_steps
+        if not steps:
+            raise SparseccError(f"'{self.source}' has run no planned call yet; call it (or its plan has one "
+                                f"step: ir() without step=)")
+        if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= len(steps):
+            raise SparseccError(f"step={step!r}: the last plan has steps 1..{len(steps)}")
+        return steps[step - 1].ir(stage)
+
+
+def _step_kernel(step, fmts, out_format, options, prune, check) -> Kernel:
+    key = (step.statement, fmts, out_format, options, prune, check)
+    try:
+        k = _STEPS.get(key)
+    except TypeError:           # unhashable formats: no memo
+        key, k = None, None
+    if k is None:
+        k = Kernel(step.statement, dict(zip(step.statement.operands, fmts)), options, source=step.text,
+                   out_format=out_format, prune=prune, check=check)
+        if key is not None:
+            _STEPS[key] = k
+    return k
+
+
+def plan(expr, *operands, formats=None, optimize=True, semiring=None, out_format=None, options=None, **named):
+    """The plan ``sc.einsum(expr, *operands, ...)`` / ``sc.evaluate(expr, ...)`` would run:
+    ``sc.plan("ij,jk,k->i", A, B, x)``; ``print(plan)`` shows its steps, each
+    intermediate's format and estimated entries (docs/planning.md).  Nothing is compiled."""
+    from .api import _check_formats
+    from .make import make_kernel as _kernel
+    from .parse import looks_like_notation
+    if not isinstance(expr, str):
+        raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
+    optimize = check_optimize(optimize)
+    if looks_like_notation(expr):
+        if isinstance(formats, dict) or formats is None:
+            k = _kernel(expr, (), dict(formats or {}), options, out_format, False, True, None, optimize)
+        else:
+            k = _kernel(expr, tuple(formats), {}, options, out_format, False, True, None, optimize)
+        ops = k.bind(*operands, **named)
+    else:
+        if named:
+            raise SparseccError(f"einsum operands are positional, got keyword(s) {', '.join(named)}")
+        fm = _check_formats(formats, len(operands))
+        k = _kernel(expr, fm or (), {}, options, out_format, False, True, semiring, optimize)
+        ops = list(operands)
+    return k.plan(*ops) if isinstance(k, PlannedKernel) else plan_of(k, ops, {})
+
+
+def plan_of(k: Kernel, args, kwargs) -> Plan:
+    """``Kernel.plan`` of a kernel that does not plan: its one loop nest."""
+    k.bind(*args, **kwargs)
+    return single_plan(k.stmt, "dense" if k.out_format is None else str(k.out_format), "one loop nest: " + _why(k))
+
+
+def _why(k: Kernel) -> str:
+    why: list[str] = []
+    if product_form(k.stmt, why) is None:
+        return why[0] if why else "not a product"
+    return "optimize=False"
