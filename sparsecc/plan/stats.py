@@ -388,8 +388,8 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
         else:
             counts.append(None)
             nonempty.append(None)
-    # a product with a dense side that reaches every entry is full too
-    # (exact only where the sparse side is a real operand: its projections are counted)
-    full = full or (x.full != y.full and (y if x.full else x).source is not None and volume > 0 and nnz >= volume)
+    # ``full`` follows the operands' kinds only (dense ones), never their contents: a plan
+    # is reused for every call of the same statistics class, so what it relies on for
+    # correctness (a dense intermediate where only stored entries count) must hold for all
     return TensorStats(out, shape, nnz, full, tuple(counts), tuple(nonempty))
 
