@@ -236,8 +236,9 @@ def _mask(search: _path.Search, prod: _path.Product, greedy):
         if search.leaf_dense[z] or leaf.full or not out <= set(leaf.indices):
             continue
         rest = [k for k in range(search.n) if k != z]
-        keep = tuple(i for i in search.live(frozenset(rest), frozenset()) if i in leaf.indices or i in out)
-        keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices if i in keep))
+        # what the others' product keeps: their indices the mask or the output carries
+        keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices
+                                   if i in leaf.indices or i in out))
         saved = (search.result_dense, search.dense_allowed)
         search.result_dense = False                 # what it masks is never stored: rate it sparse
         search.dense_allowed = lambda st: st.full
