@@ -69,6 +69,7 @@ def attach(kernel: Kernel, optimize) -> None:
         return
     kernel._optimize = optimize
     kernel._plans = {}
+    kernel._runs = {}
     kernel._last_plan = None
     kernel._last_steps = ()
     kernel.__class__ = PlannedKernel
@@ -79,17 +80,23 @@ def _kind(x) -> bool:
 
 
 def _class_key(values) -> tuple:
-    """The statistics class of a call's operands (a plan is reused within one)."""
+    """The statistics class of a call's operands (a plan is reused within one): per operand
+    its type (format), value dtype, each dimension's bit length and, for a sparse one, the
+    bit length of its elements per stored entry."""
     key = []
     for x in values:
         shape = x.shape
         if type(x) is np.ndarray:
-            key.append((0, x.dtype.char, tuple(int(s).bit_length() for s in shape)))
+            key.append((np.ndarray, x.dtype, tuple(map(int.bit_length, shape))))
         else:
-            size = math.prod(shape)
-            key.append((x.format, x.dtype.char, tuple(int(s).bit_length() for s in shape),
-                        (size // max(int(x.nnz), 1)).bit_length()))
+            n = x.data.size if type(x) in _COMPRESSED else x.nnz
+            key.append((type(x), x.dtype, tuple(map(int.bit_length, shape)),
+                        (math.prod(shape) // (n or 1)).bit_length()))
     return tuple(key)
+
+
+_COMPRESSED = frozenset({sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix})
+_DIRECT = frozenset({np.ndarray, sp.coo_array, sp.coo_matrix}) | _COMPRESSED
 
 
 class PlannedKernel(Kernel):
@@ -98,14 +105,23 @@ class PlannedKernel(Kernel):
     (from 1) of the last planned call."""
 
     def __call__(self, *args, **kwargs):
-        ops = self.bind(*args, **kwargs)
-        if self._library is not None or not all(_kind(x) for x in ops):
+        ops = args
+        if kwargs or len(args) != len(self.stmt.operands) or not self.stmt.operands[0].startswith("#"):
+            ops = self.bind(*args, **kwargs)
+        for x in ops:
+            if type(x) not in _DIRECT:
+                if self._library is not None or not all(_kind(x) for x in ops):
+                    return _call.call(self, *args, **kwargs)
+                ops = self._values(ops)
+                break
+        if self._library is not None:
             return _call.call(self, *args, **kwargs)
-        values = self._values(ops)
-        plan = self._plan_for(values)
+        plan = self._plans.get(_class_key(ops))
+        if plan is None:
+            plan = self._plan_for(ops)
         if plan.single:
-            return _call.call(self, *values)
-        return self._run(plan, values)
+            return _call.call(self, *ops)
+        return self._run(plan, ops)
 
     def _values(self, ops) -> list:
         whats = self.operand_descriptions()
@@ -151,25 +167,37 @@ class PlannedKernel(Kernel):
 
     def _run(self, plan: Plan, values):
         stmt = self.stmt
+        dtypes = tuple(x.dtype for x in values)
+        key = (id(plan), dtypes)        # plans live in self._plans: their ids stay theirs
+        ready = self._runs.get(key)
+        if ready is None:
+            ready = self._runs[key] = self._prepare_run(plan, dtypes)
+        kernels, out_dtype, cast = ready
         env = dict(zip(stmt.operands, values))
-        out_dtype = self.result_dtype([x.dtype for x in values])
-        if any(x.dtype != out_dtype for x in values):
+        if cast:
             # numpy.einsum computes in the result's dtype: intermediates too (integers exact)
             env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in env.items()}
-        formats = {}
-        kernels = []
+        for step, k in zip(plan.steps, kernels):
+            env[step.output] = k(*[env[n] for n in step.inputs])
+        self._last_plan, self._last_steps = plan, kernels
+        self._last = kernels[-1]._last
+        return env[plan.steps[-1].output]
+
+    def _prepare_run(self, plan: Plan, dtypes) -> tuple:
+        """The step kernels of ``plan`` for operands of ``dtypes``, the result's dtype, and
+        whether operands are converted to it first."""
+        stmt = self.stmt
+        out_dtype = self.result_dtype(dtypes)
+        formats, kernels = {}, []
         last = plan.steps[-1]
         for step in plan.steps:
             root = step is last
             fmts = tuple(self.formats.get(n) if n in stmt.operands else _READ_AS[formats[n]] for n in step.inputs)
             out_format = (self.out_format if self.out_format is not None else step.format) if root else step.format
-            k = _step_kernel(step, fmts, out_format, self.options, self.prune if root else False, self.check)
-            kernels.append(k)
-            env[step.output] = k(*[env[n] for n in step.inputs])
+            kernels.append(_step_kernel(step, fmts, out_format, self.options, self.prune if root else False,
+                                        self.check))
             formats[step.output] = step.format
-        self._last_plan, self._last_steps = plan, tuple(kernels)
-        self._last = kernels[-1]._last
-        return env[last.output]
+        return tuple(kernels), out_dtype, any(d != out_dtype for d in dtypes)
 
     def ir(self, stage: str = "mlir", step: int | None = None) -> str:
         """The IR of the one nest (``step=None``, as ``Kernel.ir``) or of step ``step``
