@@ -9,7 +9,7 @@ process at the first compile.
 from ._version import __version__
 from . import dispatch  # noqa: F401  (installs the router the runtime's call path asks)
 from . import aot
-from .api import cache_info, compile, einsum, evaluate
+from .api import cache_info, compile, einsum, evaluate, plan
 from .explore import explore
 from .errors import (CompileError, DeviceError, DTypeError, FormatError, InternalError, LibraryError, OperandError,
                      ParseError, ShapeError, SparseccError)
@@ -17,7 +17,6 @@ from .formats import Format
 from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
-from .planned import plan
 from . import ops
 
 __all__ = ["aot", "ops", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",

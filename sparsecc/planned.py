@@ -227,31 +227,6 @@ def _step_kernel(step, fmts, out_format, options, prune, check) -> Kernel:
     return k
 
 
-def plan(expr, *operands, formats=None, optimize=True, semiring=None, out_format=None, options=None, **named):
-    """The plan ``sc.einsum(expr, *operands, ...)`` / ``sc.evaluate(expr, ...)`` would run:
-    ``sc.plan("ij,jk,k->i", A, B, x)``; ``print(plan)`` shows its steps, each
-    intermediate's format and estimated entries (docs/planning.md).  Nothing is compiled."""
-    from .api import _check_formats
-    from .make import make_kernel as _kernel
-    from .parse import looks_like_notation
-    if not isinstance(expr, str):
-        raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
-    optimize = check_optimize(optimize)
-    if looks_like_notation(expr):
-        if isinstance(formats, dict) or formats is None:
-            k = _kernel(expr, (), dict(formats or {}), options, out_format, False, True, None, optimize)
-        else:
-            k = _kernel(expr, tuple(formats), {}, options, out_format, False, True, None, optimize)
-        ops = k.bind(*operands, **named)
-    else:
-        if named:
-            raise SparseccError(f"einsum operands are positional, got keyword(s) {', '.join(named)}")
-        fm = _check_formats(formats, len(operands))
-        k = _kernel(expr, fm or (), {}, options, out_format, False, True, semiring, optimize)
-        ops = list(operands)
-    return k.plan(*ops) if isinstance(k, PlannedKernel) else plan_of(k, ops, {})
-
-
 def plan_of(k: Kernel, args, kwargs) -> Plan:
     """``Kernel.plan`` of a kernel that does not plan: its one loop nest."""
     k.bind(*args, **kwargs)
