@@ -19,6 +19,14 @@ An executor is an object with:
   each step's kernel.  A kernel whose calls it claims never builds the in-memory
   repeated-call path (only an in-memory call does), so such an executor keeps its own.
 
+Plans are decided here too, once per kernel rather than per call: :func:`plan_calls` (which
+``make.make_kernel`` calls for every kernel it makes) turns a kernel whose statement is a
+product of three or more factors into a planned kernel (``sparsecc/planned.py``: the plan,
+cached per statistics class of the operands, and its steps run as kernels).  A planned
+kernel's call with operands the in-memory path does not take (Dask, a device) comes back
+here as any kernel's does.  Two-operand kernels are left as they are, so their calls cost
+what they did.
+
 Registered in the order they are asked: the device (``device="cuda"`` kernels with an
 operand on the GPU: ``runtime/device.py``), then the front ends that register themselves
 when imported.  A front end whose library ``import sparsecc`` must not import (Dask) is
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 
+from . import planned as _planned
 from .runtime import call as _call
 
 MISS = _call.MISS
@@ -63,6 +72,14 @@ def unregister(executor) -> None:
 def executors() -> tuple:
     """The registered executors, in the order they are asked."""
     return tuple(_executors)
+
+
+def plan_calls(kernel, optimize) -> None:
+    """Make ``kernel`` run planned calls where its statement allows (``optimize``: True,
+    "greedy", "optimal" or a numpy.einsum path; False leaves it one loop nest).  A bad
+    ``optimize`` is a SparseccError here, before any call."""
+    if optimize is not False:
+        _planned.attach(kernel, optimize)
 
 
 def executor_for(kernel, operands):

@@ -15,7 +15,7 @@ import numpy as np
 from .errors import FormatError, OperandError, SparseccError
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
-from .planned import attach
+from . import dispatch
 from .runtime.kernel import Kernel
 from .semiring import apply as apply_semiring
 from .semiring import lookup as lookup_semiring
@@ -73,8 +73,7 @@ def make_kernel(expr: str, positional: tuple, named: dict, options: Options | No
             raise OperandError(f"'{expr}' has {n} operand(s) but {len(positional)} formats were given")
         formats = dict(zip(stmt.operands, positional))
     k = Kernel(stmt, formats, options, source=expr, out_format=out_format, prune=prune, check=check)
-    if optimize is not False:       # a product of three or more factors plans its calls
-        attach(k, optimize)
+    dispatch.plan_calls(k, optimize)   # a product of three or more factors plans its calls
     if key is not None:
         _kernels[key] = k
     return k
