@@ -41,6 +41,7 @@ from .plan.plan import single_plan
 from .runtime import call as _call
 from .runtime.kernel import Kernel
 from .runtime.operands import as_operand
+from .runtime.validate import validate
 
 #: how an intermediate of each plan format is given to the step that reads it
 _READ_AS = {"dense": None, "csr": None, "csc": None, "coo": None, "dcsr": "dcsr"}
@@ -72,6 +73,7 @@ def attach(kernel: Kernel, optimize) -> None:
     kernel._runs = {}
     kernel._last_plan = None
     kernel._last_steps = ()
+    kernel._planned_last = False
     kernel.__class__ = PlannedKernel
 
 
@@ -86,7 +88,7 @@ def _class_key(values) -> tuple:
     key = []
     for x in values:
         shape = x.shape
-        if type(x) is np.ndarray:
+        if isinstance(x, np.ndarray):
             key.append((np.ndarray, x.dtype, tuple(map(int.bit_length, shape))))
         else:
             n = x.data.size if type(x) in _COMPRESSED else x.nnz
@@ -105,6 +107,7 @@ class PlannedKernel(Kernel):
     (from 1) of the last planned call."""
 
     def __call__(self, *args, **kwargs):
+        self._planned_last = False
         ops = args
         if kwargs or len(args) != len(self.stmt.operands) or not self.stmt.operands[0].startswith("#"):
             ops = self.bind(*args, **kwargs)
@@ -122,6 +125,18 @@ class PlannedKernel(Kernel):
         if plan.single:
             return _call.call(self, *ops)
         return self._run(plan, ops)
+
+    def last_formats(self):
+        """As ``Kernel.last_formats``; after a planned call, its last step's."""
+        if self._planned_last:
+            return self._last_steps[-1].last_formats()
+        return Kernel.last_formats(self)
+
+    def last_specialization(self):
+        """As ``Kernel.last_specialization``; after a planned call, its last step's."""
+        if self._planned_last:
+            return self._last_steps[-1].last_specialization()
+        return Kernel.last_specialization(self)
 
     def _values(self, ops) -> list:
         whats = self.operand_descriptions()
@@ -153,7 +168,10 @@ class PlannedKernel(Kernel):
                     dense[name] = not sp.issparse(x)
             else:
                 dense[name] = not sp.issparse(x)
-            # a sparse operand stored dense is read as dense (every element), and the reverse
+            # a sparse operand stored dense is read as dense (every element), and the reverse.
+            # Statistics read the indices: check them first, whatever check= says (once per
+            # statistics class; an index past its dimension made bincount abort the process)
+            validate(x, describe(name))
             stats[name] = of_operand(x)
         sparse = frozenset(n for n in stmt.operands if not dense[n])
         if self.out_format is None:
@@ -179,8 +197,7 @@ class PlannedKernel(Kernel):
             env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in env.items()}
         for step, k in zip(plan.steps, kernels):
             env[step.output] = k(*[env[n] for n in step.inputs])
-        self._last_plan, self._last_steps = plan, kernels
-        self._last = kernels[-1]._last
+        self._last_plan, self._last_steps, self._planned_last = plan, kernels, True
         return env[plan.steps[-1].output]
 
     def _prepare_run(self, plan: Plan, dtypes) -> tuple:

@@ -168,11 +168,13 @@ def test_two_operand_expressions_take_todays_path():
 
 
 def test_plan_is_cached_per_statistics_class():
-    k = sc.compile("ij,jk,k->i")
+    k = sc.compile("ij,jk,k->i")          # sc.compile's memo: other tests may have planned it
     p1 = k.plan(A, B, x)
+    before = len(k._plans)
     assert k.plan(rand((N, N), 0.03, 11), B, x) is p1            # same class: not planned again
+    assert len(k._plans) == before
     p3 = k.plan(rand((N, N), 0.5, 12), B, x)                        # another density class
-    assert p3 is not p1 and len(k._plans) == 2
+    assert p3 is not p1 and len(k._plans) in (before, before + 1)   # new, unless planned before
     k(A, B, x)
     assert k.ir("mlir", step=1).startswith("#enc") and k._last_plan is p1
     with pytest.raises(sc.SparseccError):
