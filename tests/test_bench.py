@@ -291,3 +291,49 @@ def test_forward_backward_rows_are_part_of_a_whole_run(tmp_path, capsys, monkeyp
     args = _args(tmp_path, kernels="spmv:tiny")
     assert bench.run(args) == 0
     assert json.loads((tmp_path / "r.json").read_text())["fwd_bwd"] == []
+
+
+# --------------------------------------------------------------------------- the planner's rows (--plans)
+
+def test_plans_rows_list_the_issue_rows(capsys):
+    from sparsecc.bench.plan_rows import ONE_NEST, plan_cases
+    rows = plan_cases(small=True)
+    assert [c.kernel for c in rows] == ["chainmv", "gnn", "chain3", "chain3", "gtdg", "masked", "triangles", "tucker"]
+    for c in rows:
+        names = list(c.baselines)
+        assert names[0].split(" ")[0] in ("scipy", "numpy") and ONE_NEST in names and c.target is not None
+    assert ONE_NEST not in plan_cases(small=True, one_nest=False)[0].baselines
+
+
+def test_plans_small_run_at_one_and_two_threads(tmp_path, capsys):
+    args = _args(tmp_path, kernels="chainmv,masked,triangles", plans=True, plans_scale=1.0, threads=2)
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "planned expressions, 1 thread(s)" in out and "planned expressions, 2 thread(s)" in out
+    assert "FAILED" not in out and "overhead (ij,jk,k->i" in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["config"]["plans"] is True
+    got = [(x["id"], x["threads"]) for x in r["results"]]
+    ids = ["chainmv:uniform2000", "masked:uniform200", "triangles:rmat9"]
+    assert got == [(i, 1) for i in ids] + [(i, 2) for i in ids]
+    for x in r["results"]:
+        assert x["ok"], x
+        assert x["baselines"]["optimize=False"]["agrees"] and x["plan_steps"] >= 1 and x["plan"].startswith("plan ")
+        assert x["best_peer"] is not None
+    assert r["results"][0]["plan_steps"] == 2            # B @ x first, then A @ t
+    assert r["results"][0]["best_peer"]["name"] in ("scipy A@(B@x)", "torch")
+    ov = r["plan_overhead"]
+    assert ov["steps"] == 1 and ov["path_us"] > 0 and ov["steps_us"] > 0 and ov["plan6_first_ms"] > 0
+
+
+def test_plans_triangle_row_counts_triangles_as_networkx():
+    nx = pytest.importorskip("networkx")
+    import sparsecc as sc
+    from sparsecc.bench.generators import rmat
+    from sparsecc.bench.plan_rows import tri_lower
+    L = tri_lower(rmat(7, 8, np.random.default_rng(3)))
+    G = nx.from_scipy_sparse_array(L + L.T)
+    want = sum(nx.triangles(G).values()) // 3
+    assert want > 0
+    assert sc.einsum("ij,jk,ik->", L, L, L) == want
+    assert float((L @ L).multiply(L).sum()) == want            # the row's SciPy reference

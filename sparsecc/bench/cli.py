@@ -21,6 +21,7 @@ from .baselines import _graphblas, _torch
 from .cases import IB, VB, Case, cases, select
 from .real import real_matrices
 from .report import LEGEND, chart, markdown, table
+from ..runtime.threads import set_num_threads
 from .runner import _peer_threads, all_cores, run_case
 
 SCHEMA = "sparsecc-bench/1"
@@ -58,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", action="store_true",
                    help="also show the development targets (ratio ceilings) per row and whether this run met them")
     p.add_argument("--list", action="store_true", help="list the kernels and inputs, run nothing")
+    p.add_argument("--plans", action="store_true",
+                   help="the planner's rows instead (issue 24: expressions of 3+ operands against the hand-ordered "
+                        "SciPy/NumPy/torch composition and optimize=False), at 1 thread and all cores")
+    p.add_argument("--plans-scale", type=float, default=1.0,
+                   help="with --plans: multiply the rows' sizes by this (1: the issue's sizes)")
     p.add_argument("--no-fwd-bwd", action="store_true",
                    help="skip the forward+backward rows (sparsecc.torch against torch.sparse; they run "
                         "when torch is installed and --kernels is not given)")
@@ -68,7 +74,13 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     out = out or sys.stdout
     threads = args.threads or all_cores()
     real = {} if args.no_real else real_matrices()
-    suite = select(cases(args.small, real), args.kernels) + list(extra_cases or [])
+    plans = getattr(args, "plans", False)
+    if plans:
+        from .plan_rows import plan_cases
+        suite = select(plan_cases(args.small, getattr(args, "plans_scale", 1.0)), args.kernels)
+    else:
+        suite = select(cases(args.small, real), args.kernels)
+    suite += list(extra_cases or [])
     if args.list:
         for c in suite:
             print(f"{c.id:22} {c.expr:28} formats={','.join(c.formats)}"
@@ -105,7 +117,23 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
 
         budget = 0.1 if args.small else 0.6
         rows = []
-        for c in suite:
+        if plans:
+            # every row at 1 thread and at all cores (baselines too: torch and GraphBLAS thread)
+            from .plan_rows import overhead, overhead_line, plans_table
+            for th in sorted({1, threads}):
+                these = []
+                for c in suite:
+                    r = run_case(c, threads=th, repeat=args.repeat, budget=budget, stream=stream, seed=args.seed)
+                    these.append(r)
+                    tab = plans_table([r], th)
+                    print(tab if these[1:] == [] else tab.splitlines()[-1], file=out, flush=True)
+                print(file=out)
+                rows += these
+            set_num_threads(1)
+            plan_overhead = overhead(args.repeat, 0.05 if args.small else 0.3, args.seed)
+            set_num_threads(threads)
+            print(overhead_line(plan_overhead), file=out, flush=True)
+        for c in ([] if plans else suite):
             r = run_case(c, threads=threads, repeat=args.repeat, budget=budget, stream=stream, seed=args.seed)
             rows.append(r)
             if not rows[1:]:
@@ -123,14 +151,16 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
             atexit.register(shutil.rmtree, tmp, True)
         _peer_threads(all_cores())
 
-    fwd_bwd = _fwd_bwd(args, out)
-    failed = [r["id"] for r in rows if not r["ok"]]
-    missed = [r["id"] for r in rows if r.get("target") and not r["target"]["met"]]
+    fwd_bwd = [] if plans else _fwd_bwd(args, out)
+    tag = (lambda r: f"{r['id']}@{r.get('threads')}t") if plans else (lambda r: r["id"])
+    failed = [tag(r) for r in rows if not r["ok"]]
+    missed = [tag(r) for r in rows if r.get("target") and not r["target"]["met"]]
     thr_missed = [r["id"] for r in rows if r.get("thread_target") and r["thread_target"]["met"] is False]
     report = {
         "schema": SCHEMA,
         "machine": machine_info(threads),
-        "config": {"small": bool(args.small), "threads": threads, "repeat": args.repeat,
+        "config": {"small": bool(args.small), "threads": threads, "plans": bool(plans),
+                   "plans_scale": getattr(args, "plans_scale", 1.0) if plans else None, "repeat": args.repeat,
                    "kernels": args.kernels, "seed": args.seed, "timing_budget_s": budget,
                    "bytes_per_value": VB, "bytes_per_index": IB},
         "bandwidth": stream,
@@ -139,8 +169,9 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
                           for n, (src, A) in real.items()],
         "results": rows,
         "fwd_bwd": fwd_bwd,
+        "plan_overhead": plan_overhead if plans else None,
         "summary": {"failed": failed, "targets_missed": missed, "thread_targets_missed": thr_missed,
-                    "targets_met": [r["id"] for r in rows if r.get("target") and r["target"]["met"]]},
+                    "targets_met": [tag(r) for r in rows if r.get("target") and r["target"]["met"]]},
     }
     if args.json:
         with open(args.json, "w") as f:

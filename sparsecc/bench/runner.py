@@ -26,7 +26,8 @@ def _peer_threads(n: int):
 def best_peer(row: dict) -> dict | None:
     """The fastest of the row's peers (``baselines.PEERS``: SciPy, torch, GraphBLAS) that
     agree with the reference: its name, ms and sparsecc's ratio to it; None without one."""
-    peers = [(b["ms"], name) for name, b in row["baselines"].items() if name in PEERS and b["agrees"]]
+    peers = [(b["ms"], name) for name, b in row["baselines"].items()
+             if name.split(" ")[0] in PEERS and b["agrees"]]      # "scipy A@(B@x)": a SciPy composition
     if not peers:
         return None
     ms, name = min(peers)
@@ -64,7 +65,7 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
     rng = np.random.default_rng(seed)
     row: dict = {"id": case.id, "kernel": case.kernel, "input": case.input, "expr": case.expr,
                  "formats": list(case.formats), "out_format": case.out_format, "note": case.note,
-                 "ok": False, "error": None}
+                 "ok": False, "error": None, "threads": threads}
     try:
         t = time.perf_counter()
         ops = case.build(rng)
@@ -94,6 +95,9 @@ def run_case(case: Case, *, threads: int, repeat: int | None, budget: float, str
         got = call()
         first = time.perf_counter() - t
         row["cold_compile"] = STATS.misses > misses
+        if kernel is None and hasattr(k, "plan"):     # a planned kernel: the plan this call ran
+            p = k.plan(**named) if case.names else k.plan(*ops)
+            row["plan_steps"], row["plan"] = len(p.steps), str(p)
 
         # correctness, before any timing
         ref_name = next(iter(base_calls))
