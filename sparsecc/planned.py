@@ -181,7 +181,29 @@ class PlannedKernel(Kernel):
         else:
             rf = "dense" if getattr(self.out_format, "is_dense", False) else str(self.out_format)
         itemsize = self.result_dtype([x.dtype for x in values]).itemsize
-        return make_plan(stmt, stats, dense, rf, itemsize, self._optimize)
+        return make_plan(stmt, stats, dense, rf, itemsize, self._optimize,
+                         one_nest_handwritten=self._handwritten(values, rf))
+
+    def _handwritten(self, values, rf: str) -> bool:
+        """Whether the one nest for these operands runs through a hand-written kernel
+        (``runtime/fast_paths.route``: MTTKRP, SDDMM, ...): a fact the plan's cost takes."""
+        from .runtime import fast_paths, targets
+        from .runtime.operands import default_format
+        try:
+            fmts = []
+            for name, x in zip(self.stmt.operands, values):
+                f = resolve(self.formats.get(name) or default_format(x)[0], np.ndim(x), describe(name))
+                if not f.is_dense:
+                    idx = getattr(x, "indices", None)
+                    idx = idx if idx is not None else x.coords[0]
+                    f = f.with_widths(idx.dtype.itemsize * 8, idx.dtype.itemsize * 8)
+                fmts.append(f)
+            out = None if rf == "dense" else resolve(rf, len(self.stmt.indices), "the result").with_widths(64, 64)
+            dtypes = tuple(self.result_dtype([x.dtype for x in values]).name for _ in values)
+            facts = targets.resolve(self.options).kernel_facts()
+            return fast_paths.route(self.stmt, tuple(fmts), dtypes, out, self.options.device, facts=facts) is not None
+        except Exception:       # noqa: BLE001 - a format or operand the route cannot read: not hand-written
+            return False
 
     def _run(self, plan: Plan, values):
         stmt = self.stmt

@@ -93,6 +93,41 @@ def test_one_nest_rule_for_elementwise_products():
     assert p.single and "visits" in p.reason
 
 
+def test_one_nest_rule_takes_a_hand_written_one_nest_as_a_fact():
+    """The caller says the one nest is a hand-written kernel: its points cost
+    cost.HANDWRITTEN_SPEEDUP times less, so steps only a little cheaper than the
+    sparsifier's nest no longer win (plan/ itself asks no runtime)."""
+    from sparsecc.plan import make_plan, of_operand
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense")
+    st = {n: of_operand(v) for n, v in zip(k.stmt.operands, (A, B, x))}
+    dn = {"#0": False, "#1": False, "#2": True}
+    steps_plan = make_plan(k.stmt, st, dn, "dense")
+    assert not steps_plan.single and steps_plan.seconds < steps_plan.single_seconds < 8 * steps_plan.seconds
+    one = make_plan(k.stmt, st, dn, "dense", one_nest_handwritten=True)
+    assert one.single and "hand-written" in one.reason
+    assert one.single_seconds < steps_plan.single_seconds
+
+
+def test_mttkrp_one_nest_is_known_hand_written(monkeypatch):
+    """PlannedKernel asks runtime/fast_paths whether the one nest is hand-written (MTTKRP
+    is): the estimate is the hand-written kernel's, well below the sparsifier's."""
+    rng = np.random.default_rng(7)
+    T = sp.random_array((30, 30, 30), density=0.05, format="coo", random_state=rng)
+    T.sum_duplicates()
+    Bm, Cm = rng.random((30, 8)), rng.random((30, 8))
+    k = sc.compile("ijk,jr,kr->ir", "coo", "dense", "dense")
+    assert isinstance(k, PlannedKernel)
+    p = k.plan(T, Bm, Cm)
+    assert p.single and "hand-written" in p.reason
+    monkeypatch.setattr(PlannedKernel, "_handwritten", lambda self, values, rf: False)
+    k._plans.clear()
+    q = k.plan(T, Bm, Cm)
+    assert "hand-written" not in q.reason and q.single_seconds > 2 * p.single_seconds
+    k._plans.clear()
+    # a three-factor chain over CSR has no hand-written one nest
+    assert not sc.compile("ij,jk,k->i", "csr", "csr", "dense")._handwritten([A, B, x], "dense")
+
+
 @pytest.mark.parametrize("stmt", [
     "y[i] = sum[j,k](exp(A[i,j] * B[j,k]) * x[k])",            # a function
     "y[i] = max[j,k](A[i,j] * B[j,k] * x[k])",                  # max does not distribute times

@@ -333,12 +333,16 @@ def full_join(search: Search) -> TensorStats:
     return st
 
 
-def single_cost(search: Search) -> _cost.Cost:
-    """The cost of the one loop nest: it visits at least every point of the full join."""
+def single_cost(search: Search, handwritten: bool = False) -> _cost.Cost:
+    """The cost of the one loop nest: it visits at least every point of the full join
+    (``handwritten``: through a hand-written kernel, :data:`cost.HANDWRITTEN_SPEEDUP` times
+    faster a point)."""
     joined = full_join(search)
     out = search.output
     sizes = dict(zip(joined.indices, joined.sizes))
     result = TensorStats(out, tuple(sizes[i] for i in out), min(joined.nnz, math.prod(sizes[i] for i in out)))
     points = joined.nnz * (1.0 if search.result_dense else _cost.SPARSE_NEST_POINT_OPS)
+    if handwritten:
+        points /= _cost.HANDWRITTEN_SPEEDUP
     return _cost.step_cost([(s, d) for s, d in zip(search.leaves, search.leaf_dense)], result,
                            search.result_dense, points, search.itemsize)

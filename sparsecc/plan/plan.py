@@ -160,12 +160,14 @@ def check_optimize(optimize):
 
 
 def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, bool], result_format: str,
-              itemsize: int = 8, optimize=True) -> Plan:
+              itemsize: int = 8, optimize=True, one_nest_handwritten: bool = False) -> Plan:
     """The plan of ``stmt`` for operands of statistics ``stats`` (by operand name, indices
     in any names), stored dense or not (``dense``), its result stored as
     ``result_format`` (``"dense"`` or a sparse format's name), values of ``itemsize``
     bytes; ``optimize``: True (the best plan), ``"optimal"`` (exhaustive search),
-    ``"greedy"``, or a path in numpy's format."""
+    ``"greedy"``, or a path in numpy's format.  ``one_nest_handwritten``: the one loop nest
+    runs through a hand-written kernel (the caller knows: plan/ asks no runtime), so its cost
+    per point is :data:`cost.HANDWRITTEN_SPEEDUP` times lower."""
     optimize = check_optimize(optimize)
     why: list[str] = []
     prod = _path.product_form(stmt, why)
@@ -187,7 +189,7 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
 
     search = _path.Search(leaves, leaf_dense, prod.indices, itemsize, result_dense, dense_allowed)
     n = len(leaves)
-    single = _path.single_cost(search)
+    single = _path.single_cost(search, one_nest_handwritten)
     if path is not None:
         tree = _path.tree_from_path(path, n)
         if _path.is_single(tree, n):
@@ -211,7 +213,8 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     # 3. the one-nest rule
     if single.seconds <= best.cost.seconds:
         return single_plan(stmt, result_format,
-                           f"one loop nest: it visits ~{_path.full_join(search).nnz:,.0f} points, est. "
+                           f"one loop nest: it visits ~{_path.full_join(search).nnz:,.0f} points"
+                           f"{' (a hand-written kernel)' if one_nest_handwritten else ''}, est. "
                            f"{single.seconds * 1e3:.3g} ms, the cheapest steps est. {best.cost.seconds * 1e3:.3g} ms",
                            None, single.seconds, single.seconds, n)
     how = "greedy" if (greedy or (greedy is None and n > _path.EXHAUSTIVE_UP_TO)) else "exhaustive"
