@@ -68,10 +68,28 @@ def test_mask_rule_keeps_the_mask_in_the_last_nest():
     assert len(p.steps[-1].inputs) == 3 and p.steps[-1].inputs[0] == "#0"
     # a masked product of two: one nest, the statement itself
     q = sc.plan("C[i,j] = M[i,j] * sum[k](A[i,k] * B[k,j])", M=M, A=A, B=B)
-    assert q.single and "masked by M" in q.reason
+    assert len(q.steps) == 1 and "masked by M" in q.reason and "flat form" in q.reason
     # SDDMM-like: dense factors sampled at a sparse mask's entries
     s = sc.plan("ij,ik,jk->ij", M, X, X)
     assert s.single and "masked" in s.reason
+
+
+def test_a_reduction_inside_the_product_runs_as_its_flat_nest():
+    """M[i,j] * sum[k](A[i,k] * B[k,j]) as written lowers its inner sum into a dense i x j
+    temporary (quadratic in n); its one nest runs as the flat sum[k](M * A * B) instead:
+    SciPy's (A @ B).multiply(M), entries where a product is stored."""
+    M = rand((N, N), 0.02, 9)
+    e = "C[i,j] = M[i,j] * sum[k](A[i,k] * B[k,j])"
+    k = sc.compile(e, M="csr", A="csr", B="csr", out_format="csr")
+    got = k(M=M, A=A, B=B)
+    want = (sp.csr_array(A) @ sp.csr_array(B)).multiply(sp.csr_array(M))
+    np.testing.assert_allclose(dense(got), dense(want), rtol=1e-12)
+    assert got.nnz == sp.csr_array(want).nnz
+    step = k.ir("mlir", step=1)
+    assert "memref.alloc(%size_i, %size_j)" not in step
+    assert "memref.alloc(%size_i, %size_j)" in sc.compile(e, M="csr", A="csr", B="csr", optimize=False).ir("mlir")
+    # the flat form of an einsum statement is the statement itself: its own one nest
+    assert sc.plan("ij,ik,kj->ij", M, A, B).single
 
 
 def test_mask_rule_does_not_fire_for_a_dense_mask():
