@@ -169,8 +169,11 @@ class Search:
     def leaf(self, k: int) -> Node:
         return Node(k, self.leaves[k], self.leaf_dense[k], _cost.ZERO)
 
-    def combine(self, a: Node, b: Node, indices: tuple[str, ...], root: bool) -> Node:
-        st = estimate(a.stats, b.stats, indices)
+    def combine(self, a: Node, b: Node, indices: tuple[str, ...], root: bool, st: TensorStats | None = None) -> Node:
+        """``st``: the subset's result statistics where already estimated (its size does not
+        depend on the split; estimating it again per split was most of a planning's time)."""
+        if st is None:
+            st = estimate(a.stats, b.stats, indices)
         if root:
             dense = self.result_dense
         else:
@@ -226,12 +229,10 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset) -> Node:
                 rest = mask ^ sub
                 a, b = best.get(sub), best.get(rest)
                 if a is not None and b is not None:
-                    node = search.combine(a, b, indices, root)
+                    node = search.combine(a, b, indices, root, stats_of.get(mask))
                     if node is not None:
-                        if mask in stats_of:         # one estimate per subset (the first split's)
-                            node.stats = stats_of[mask]
-                        else:
-                            stats_of[mask] = node.stats
+                        # one estimate per subset (the first split's)
+                        stats_of.setdefault(mask, node.stats)
                         if found is None or node.cost.seconds < found.cost.seconds:
                             found = node
             sub = (sub - 1) & mask
