@@ -18,8 +18,9 @@ from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
 from . import ops
+from .derivatives import gradient, hessian, hvp, jacobian, jvp
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
+__all__ = ["aot", "ops", "jacobian", "jvp", "hessian", "hvp", "gradient", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
            "__version__", "set_num_threads", "get_num_threads"]

@@ -75,7 +75,7 @@ def parse_einsum(subscripts: str, n_operands: int) -> Statement:
 _TOKEN = re.compile(r"""
     (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?j?)
   | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op>//|<=|>=|==|!=|[-+*/%()\[\],=<>])
+  | (?P<op>\*\*|//|<=|>=|==|!=|[-+*/%()\[\],=<>])
   | (?P<space>\s+)
   | (?P<bad>.)
 """, re.VERBOSE)
@@ -191,7 +191,16 @@ class _Parser:
         if self.peek()[1] == "+":
             self.take("+")
             return self.factor()
-        return self.atom()
+        return self.power()
+
+    def power(self) -> Expr:
+        # ``a ** b`` is pow(a, b), as in Python: binding tighter than unary minus on its left
+        # (-x ** 2 is -(x ** 2)), right-associative, the exponent a factor (2 ** -1)
+        base = self.atom()
+        if self.peek()[1] == "**":
+            self.take("**")
+            return Binary("pow", base, self.factor())
+        return base
 
     def atom(self) -> Expr:
         kind, val, pos = self.peek()

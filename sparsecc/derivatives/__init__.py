@@ -1,0 +1,337 @@
+"""Sparse Jacobians, Hessians and their products as compiled kernels (docs/derivatives.md).
+
+``sc.jacobian(r, wrt="u")`` differentiates the statement symbolically (``symbolic.py``:
+Statement -> Statement) and compiles the derivative statement, whose sparse result's pattern
+follows from the operands' patterns; ``sc.jvp`` compiles the derivative contracted with a
+tangent; ``sc.hessian`` differentiates twice, ``sc.hvp`` is the forward derivative of the
+gradient.  Every value is computed by a compiled kernel (through ``make.make_kernel``, so
+derivative statements with several products are planned).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import DTypeError, OperandError, SparseccError
+from ..expr import Statement, accesses, index_sizes, infer_dtypes
+from ..options import Options
+from ..parse import parse_notation
+from .symbolic import DELTA, NotDifferentiableError, contracted, derivative, fresh_index
+
+__all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
+           "NotDifferentiableError"]
+
+_TANGENT = "Tan_"
+_identities: dict = {}
+
+
+def _source(expr_or_kernel, options):
+    """(statement, source text, options) of a statement string or a compiled kernel."""
+    if isinstance(expr_or_kernel, str):
+        if "=" not in expr_or_kernel:
+            raise SparseccError(f"derivatives take an index-notation statement ('r[i] = ...'), got "
+                                f"{expr_or_kernel!r}")
+        return parse_notation(expr_or_kernel), expr_or_kernel, options
+    stmt = getattr(expr_or_kernel, "stmt", None)
+    if not isinstance(stmt, Statement):
+        raise SparseccError(f"derivatives take a statement or a kernel from sc.compile, got "
+                            f"{type(expr_or_kernel).__name__}")
+    if stmt.operands and stmt.operands[0].startswith("#"):
+        raise SparseccError("derivatives take index-notation kernels (operands by name), not einsum subscripts")
+    return stmt, getattr(expr_or_kernel, "source", str(stmt)), options or getattr(expr_or_kernel, "options", None)
+
+
+def _kernel(stmt: Statement, options, out_format):
+    from ..make import make_kernel
+    return make_kernel(str(stmt), (), {}, options, out_format=out_format)
+
+
+def _identity(n: int, dtype) -> sp.csr_array:
+    """The sparse identity a delta reads (one per size and dtype: an operand, not a result)."""
+    key = (n, np.dtype(dtype))
+    m = _identities.get(key)
+    if m is None:
+        idx = np.arange(n, dtype=np.int64)
+        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=np.int64)), shape=(n, n))
+        if len(_identities) > 64:
+            _identities.clear()
+        _identities[key] = m
+    return m
+
+
+def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
+    """The derivative's dtype; DTypeError for integer, bool and complex values."""
+    dts = {n: np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype) for n, x in operands.items()
+           if n in stmt.operands}
+    for n in stmt.operands:
+        dts.setdefault(n, np.dtype(np.float64))
+    out = infer_dtypes(stmt, dts)[stmt.expr]
+    for what, dt in (("the result", out), (f"operand '{wrt}'", dts[wrt])):
+        if dt.kind != "f":
+            raise DTypeError(f"'{source}': derivatives are for floating-point values; {what} is {dt}"
+                             + (" (complex derivatives are not built yet)" if dt.kind == "c" else ""))
+    return out
+
+
+class _Derived:
+    """What the derivative callables share: the source statement, ``wrt``, the operands."""
+
+    def __init__(self, stmt, source, wrt, options):
+        self.stmt, self.source, self.wrt = stmt, source, wrt
+        self.options = options
+
+    def _operands(self, kwargs: dict, need_wrt=True) -> dict:
+        ops = dict(kwargs)
+        unknown = [n for n in ops if n not in self.stmt.operands]
+        if unknown:
+            raise OperandError(f"'{self.source}' has no operand(s) {', '.join(unknown)} "
+                               f"(operands: {', '.join(self.stmt.operands)})")
+        if need_wrt:
+            missing = [n for n in self.stmt.operands if n not in ops]
+            if missing:
+                raise OperandError(f"'{self.source}': missing operand(s) {', '.join(missing)}")
+        w = ops.get(self.wrt)
+        if w is not None and sp.issparse(w):
+            raise OperandError(f"wrt={self.wrt!r}: derivatives are with respect to a dense operand, "
+                               f"got a sparse {type(w).__name__}")
+        return ops
+
+
+class Jacobian(_Derived):
+    """``J(**operands)``: the Jacobian ``d out[i] / d wrt[k]`` as a ``csr_array`` on its
+    pattern (every entry the expression can make nonzero, stored zeros kept); ``pattern`` and
+    ``values`` as below.  ``statement``: the derivative statement compiled."""
+
+    def __init__(self, stmt, source, wrt, options):
+        super().__init__(stmt, source, wrt, options)
+        if len(stmt.indices) != 1:
+            raise SparseccError(f"sc.jacobian is for a vector result (r[i] = ...); '{source}' has "
+                                f"{len(stmt.indices)} output indices (sc.hessian differentiates a scalar)")
+        self.k = fresh_index(stmt, "k")
+        self.statement = derivative(stmt, wrt, self.k, source=source)
+        self.base = stmt               # the statement differentiated
+        self._kernels: dict = {}
+
+    def __repr__(self):
+        return f"<sc.jacobian of '{self.source}' wrt {self.wrt}: {self.statement}>"
+
+    def _kernel_for(self, layout: str):
+        k = self._kernels.get(layout)
+        if k is None:
+            k = self._kernels[layout] = _kernel(self.statement, self.options, layout)
+        return k
+
+    def _shape(self, ops: dict) -> tuple[int, int]:
+        shapes = {n: tuple(np.shape(x)) for n, x in ops.items()}
+        base = self.base
+        sizes = index_sizes(base, {n: s for n, s in shapes.items() if n in base.operands})
+        if self.statement is not None:
+            for i, n in index_sizes(self.statement, {n: s for n, s in shapes.items()
+                                                     if n in self.statement.operands}).items():
+                sizes.setdefault(i, n)
+        m = sizes.get(base.indices[0])
+        n = shapes[self.wrt][0] if self.wrt in shapes else sizes.get(self.k)
+        if m is None or n is None:
+            raise OperandError(f"'{self.source}': the operands given do not fix the derivative's shape; "
+                               f"pass the operand {self.wrt!r} too")
+        return m, n
+
+    def _args(self, ops: dict, dtype) -> dict:
+        args = {n: x for n, x in ops.items() if n in self.statement.operands}
+        if DELTA in self.statement.operands:
+            args[DELTA] = _identity(self._shape(ops)[1], dtype)
+        return args
+
+    def _run(self, ops: dict, layout: str):
+        dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
+        if self.statement is None:
+            m, n = self._shape(ops)
+            cls = sp.csc_array if layout == "csc" else sp.csr_array
+            return cls((m, n), dtype=dt)
+        out = self._kernel_for(layout)(**self._args(ops, dt))
+        if not sp.issparse(out):       # a full pattern: every entry
+            out = np.asarray(out)
+        return out
+
+    def __call__(self, **operands):
+        return self._run(self._operands(operands), "csr")
+
+    def pattern(self, layout: str = "csr", **operands):
+        """The pattern alone, from the sparse operands' patterns (dense operands may be left
+        out where the sparse ones fix the shape): ``(indptr, indices)`` for ``"csr"``/``"csc"``,
+        ``(rows, cols)`` for ``"coo"`` (row-major, the order of ``values(layout="coo")``).
+        It is computed by the same compiled kernel on operands of ones, whose result's
+        pattern depends on no value: the same for every call with the same operand patterns."""
+        _layout(layout)
+        ops = self._operands(operands, need_wrt=False)
+        if self.statement is not None:
+            shapes = {n: tuple(np.shape(x)) for n, x in ops.items()}
+            sizes = index_sizes(self.statement, shapes)
+            if self.wrt in shapes:
+                sizes[self.k] = shapes[self.wrt][0]
+            dt = np.float64
+            for a in accesses(self.statement.expr):
+                if a.tensor in ops or a.tensor == DELTA:
+                    continue
+                if not all(i in sizes for i in a.indices):
+                    raise OperandError(f"J.pattern: the operands given do not fix the shape of "
+                                       f"{a.tensor!r}; pass it (any values)")
+                ops[a.tensor] = np.ones(tuple(sizes[i] for i in a.indices), dt)
+        m = self._run(ops, "csc" if layout == "csc" else "csr")
+        if not sp.issparse(m):
+            m = sp.csr_array(np.ones(m.shape, bool)) if layout != "csc" else sp.csc_array(np.ones(m.shape, bool))
+        if layout == "coo":
+            rows = np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr))
+            return rows, m.indices
+        return m.indptr, m.indices
+
+    def values(self, layout: str = "csr", **operands) -> np.ndarray:
+        """The values on the pattern in a fixed layout: CSR order (``"csr"``, and ``"coo"``:
+        row-major triplets, ``pattern(layout="coo")``'s order) or CSC order (``"csc"``,
+        computed by the derivative kernel with a CSC result)."""
+        _layout(layout)
+        m = self._run(self._operands(operands), "csc" if layout == "csc" else "csr")
+        if not sp.issparse(m):
+            return np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1)
+        return m.data
+
+
+def _layout(layout):
+    if layout not in ("csr", "csc", "coo"):
+        raise SparseccError(f"layout must be 'csr', 'csc' or 'coo', got {layout!r}")
+
+
+class ForwardDerivative(_Derived):
+    """``f(**operands, tangent=v)``: ``J @ v`` without forming J (one compiled kernel)."""
+
+    def __init__(self, stmt, source, wrt, options):
+        super().__init__(stmt, source, wrt, options)
+        if _TANGENT in stmt.operands:
+            raise SparseccError(f"'{source}' names an operand {_TANGENT}, which sc.jvp uses itself")
+        k = fresh_index(stmt, "k")
+        self.statement = contracted(stmt, wrt, _TANGENT, k, source=source)
+        self._kernel = None
+
+    def __repr__(self):
+        return f"<sc.jvp of '{self.source}' wrt {self.wrt}: {self.statement}>"
+
+    def __call__(self, tangent=None, **operands):
+        if tangent is None:
+            raise OperandError("sc.jvp(...)(..., tangent=v): the tangent is missing")
+        ops = self._operands(operands)
+        dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
+        tangent = np.asarray(tangent)
+        if tangent.shape != np.shape(ops[self.wrt]):
+            raise OperandError(f"the tangent must have {self.wrt!r}'s shape {np.shape(ops[self.wrt])}, "
+                               f"got {tangent.shape}")
+        if tangent.dtype.kind not in "f":
+            raise DTypeError(f"the tangent must be floating-point, got {tangent.dtype}")
+        if self.statement is None:
+            shape = tuple(index_sizes(self.stmt, {n: np.shape(x) for n, x in ops.items()})[i]
+                          for i in self.stmt.indices)
+            return np.zeros(shape, dt)[()] if shape else dt.type(0)
+        if self._kernel is None:
+            self._kernel = _kernel(self.statement, self.options, "dense")
+        args = {n: x for n, x in ops.items() if n in self.statement.operands}
+        args[_TANGENT] = tangent
+        return self._kernel(**args)
+
+
+def _scalar(stmt, source, what):
+    if stmt.indices:
+        raise SparseccError(f"{what} is for a scalar result ('f[] = ...' or 'f = ...'); '{source}' has "
+                            f"output indices {','.join(stmt.indices)}")
+
+
+def _gradient_statement(stmt, source, wrt):
+    _scalar(stmt, source, "sc.hessian/sc.gradient")
+    k = fresh_index(stmt, "k")
+    g = derivative(stmt, wrt, k, output="G_", source=source)
+    if g is None:
+        raise SparseccError(f"'{source}' does not depend on {wrt!r}")
+    # ``G_[k] = ...``: the gradient as a statement of its own
+    return Statement("G_", (k,), g.expr, g.operands)
+
+
+class Gradient(_Derived):
+    """``g(**operands)``: the gradient of a scalar result as a dense vector (one kernel)."""
+
+    def __init__(self, stmt, source, wrt, options):
+        super().__init__(stmt, source, wrt, options)
+        self.statement = _gradient_statement(stmt, source, wrt)
+        self._kernel = None
+
+    def __call__(self, **operands):
+        ops = self._operands(operands)
+        _dtype_check(self.stmt, ops, self.wrt, self.source)
+        if self._kernel is None:
+            self._kernel = _kernel(self.statement, self.options, "dense")
+        return self._kernel(**{n: x for n, x in ops.items() if n in self.statement.operands})
+
+
+class Hessian(Jacobian):
+    """``H(**operands, triangle=None|"lower"|"upper")``: the Hessian of a scalar result, the
+    Jacobian of its gradient statement (``gradient_statement``)."""
+
+    def __init__(self, stmt, source, wrt, options):
+        self.objective = stmt
+        self.gradient_statement = _gradient_statement(stmt, source, wrt)
+        super().__init__(self.gradient_statement, source, wrt, options)
+        self.stmt = stmt               # operands are checked against the objective
+        self._gstmt = self.gradient_statement
+
+    def __call__(self, triangle=None, **operands):
+        H = self._run(self._operands(operands), "csr")
+        return _triangle(H, triangle)
+
+
+def _triangle(H, triangle):
+    if triangle is None:
+        return H
+    if triangle not in ("lower", "upper"):
+        raise SparseccError(f"triangle must be None, 'lower' or 'upper', got {triangle!r}")
+    if not sp.issparse(H):
+        return np.tril(H) if triangle == "lower" else np.triu(H)
+    # the entries of one triangle, selected by coordinates (values move, none is computed;
+    # stored zeros of the triangle kept)
+    H = sp.csr_array(H)
+    rows = np.repeat(np.arange(H.shape[0]), np.diff(H.indptr))
+    keep = H.indices <= rows if triangle == "lower" else H.indices >= rows
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=H.shape[0]))]).astype(H.indptr.dtype)
+    return sp.csr_array((H.data[keep], H.indices[keep], indptr), shape=H.shape)
+
+
+def jacobian(expr, wrt: str, options: Options | None = None) -> Jacobian:
+    """The sparse Jacobian of a vector statement ``r[i] = ...`` (or a kernel from
+    ``sc.compile``) with respect to the dense vector operand ``wrt`` (docs/derivatives.md)."""
+    stmt, source, options = _source(expr, options)
+    return Jacobian(stmt, source, wrt, options)
+
+
+def jvp(expr, wrt: str, options: Options | None = None) -> ForwardDerivative:
+    """Forward mode: ``sc.jvp(r, wrt="u")(**operands, tangent=v)`` is ``J @ v``, one kernel."""
+    stmt, source, options = _source(expr, options)
+    return ForwardDerivative(stmt, source, wrt, options)
+
+
+def gradient(expr, wrt: str, options: Options | None = None) -> Gradient:
+    """The gradient of a scalar statement ``f[] = ...`` with respect to ``wrt`` (dense)."""
+    stmt, source, options = _source(expr, options)
+    return Gradient(stmt, source, wrt, options)
+
+
+def hessian(expr, wrt: str, options: Options | None = None) -> Hessian:
+    """The sparse Hessian of a scalar statement ``f[] = ...`` with respect to ``wrt``."""
+    stmt, source, options = _source(expr, options)
+    return Hessian(stmt, source, wrt, options)
+
+
+def hvp(expr, wrt: str, options: Options | None = None) -> ForwardDerivative:
+    """The Hessian-vector product ``H @ v`` of a scalar statement without forming H:
+    ``sc.hvp(f, wrt="x")(**operands, tangent=v)`` (the forward derivative of the gradient)."""
+    stmt, source, options = _source(expr, options)
+    g = _gradient_statement(stmt, source, wrt)
+    f = ForwardDerivative(g, source, wrt, options)
+    f.stmt = g
+    return f

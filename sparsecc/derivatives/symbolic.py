@@ -1,0 +1,293 @@
+"""Symbolic derivatives of index-notation statements: Statement -> Statement, nothing run.
+
+``derivative(stmt, wrt, k)`` is the statement of ``d out[...] / d wrt[k]`` with a new index
+``k`` after the output's.  The derivative is linear in the occurrences of ``wrt``: each
+access ``wrt[a]`` contributes the product of the chain-rule factors on its path times the
+Kronecker delta ``delta(a, k)`` (:func:`terms`).  A delta whose index a ``sum[a]`` on the path
+binds is summed away by substituting ``a := k`` in that sum's body (``sum[j](L[i,j] * u[j])``
+gives ``L[i,k]``); a delta of an output index stays and is read from the sparse identity
+operand ``DELTA`` (``Id_[i,k]``), so element-wise terms give a diagonal and the result's
+pattern follows from the operands' patterns by the ordinary rules (``patterns.py``).
+
+``contracted(stmt, wrt, tangent)`` is the forward-mode statement ``sum[k](d out / d wrt[k] *
+tangent[k])`` (a delta term gives ``c * tangent[a]``, no identity), one kernel.
+
+Pure: imports only the expression IR and the errors.
+"""
+
+from __future__ import annotations
+
+from ..errors import SparseccError
+from ..expr import (Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where,
+                    accesses, fold, free_indices, show, used_indices)
+
+#: the sparse identity operand a delta of an output index reads
+DELTA = "Id_"
+
+
+class NotDifferentiableError(SparseccError):
+    """The statement has no derivative sparsecc can build (a comparison, ``//``, ``%``, a
+    non-sum monoid, ``stored``/``dense`` on the path to the differentiated operand)."""
+
+
+# ------------------------------------------------------------------ small algebra
+
+
+def _zero(e: Expr) -> bool:
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 0
+
+
+def _one(e: Expr) -> bool:
+    return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 1
+
+
+def neg(a: Expr) -> Expr:
+    if isinstance(a, Const):
+        return Const(-a.value)
+    if isinstance(a, Unary) and a.fn == "neg":
+        return a.arg
+    return Unary("neg", a)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    """``a * b``, constants 1 dropped; a sum times a factor that does not use its indices
+    becomes one sum of the product (``sum[m](x) * y`` -> ``sum[m](x * y)``), so contracted
+    derivatives are one nest the planner can order rather than a dense temporary."""
+    if _one(a):
+        return b
+    if _one(b):
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return fold(Binary("*", a, b))
+    for s, o, first in ((a, b, True), (b, a, False)):
+        if isinstance(s, Reduce) and s.op == "sum" and not set(s.indices) & set(used_indices(o)):
+            body = mul(s.body, o) if first else mul(o, s.body)
+            return _sum(s.indices, body)
+    return Binary("*", a, b)
+
+
+def _sum(indices, body: Expr) -> Expr:
+    if not indices:
+        return body
+    if isinstance(body, Reduce) and body.op == "sum":
+        return Reduce("sum", tuple(indices) + body.indices, body.body)
+    return Reduce("sum", tuple(indices), body)
+
+
+def pow_(x: Expr, r) -> Expr:
+    if r == 1:
+        return x
+    if r == 0:
+        return Const(1)
+    return Binary("pow", x, Const(r))
+
+
+def substitute(e: Expr, m: dict) -> Expr:
+    """``e`` with the free indices in ``m`` renamed (a reduction's own indices shadow)."""
+    if not m:
+        return e
+    if isinstance(e, Access):
+        return Access(e.tensor, tuple(m.get(i, i) for i in e.indices))
+    if isinstance(e, Index):
+        return Index(m.get(e.name, e.name))
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Reduce):
+        inner = {k: v for k, v in m.items() if k not in e.indices}
+        return Reduce(e.op, e.indices, substitute(e.body, inner), e.identity)
+    if isinstance(e, Unary):
+        return Unary(e.fn, substitute(e.arg, m))
+    if isinstance(e, Binary):
+        return Binary(e.op, substitute(e.left, m), substitute(e.right, m))
+    if isinstance(e, Where):
+        return Where(substitute(e.cond, m), substitute(e.left, m), substitute(e.right, m))
+    return type(e)(substitute(e.body, m))
+
+
+def reads(e: Expr, name: str) -> bool:
+    return any(a.tensor == name for a in accesses(e))
+
+
+# ------------------------------------------------------------------ derivative rules
+
+
+def _unary_factor(fn: str, x: Expr) -> Expr | None:
+    """d fn(x) / dx as an expression in x (None: zero almost everywhere)."""
+    one = Const(1)
+    if fn == "exp" or fn == "expm1":
+        return Unary("exp", x)
+    if fn == "log":
+        return pow_(x, -1.0)
+    if fn == "log1p":
+        return pow_(Binary("+", one, x), -1.0)
+    if fn == "sqrt":
+        return mul(Const(0.5), pow_(Unary("sqrt", x), -1.0))
+    if fn == "sin":
+        return Unary("cos", x)
+    if fn == "cos":
+        return neg(Unary("sin", x))
+    if fn == "tan":
+        t = Unary("tan", x)
+        return Binary("+", one, Binary("*", t, t))
+    if fn == "tanh":
+        t = Unary("tanh", x)
+        return Binary("-", one, Binary("*", t, t))
+    if fn == "sinh":
+        return mul(Const(0.5), Binary("+", Unary("exp", x), Unary("exp", neg(x))))
+    if fn == "asin":
+        return pow_(Unary("sqrt", Binary("-", one, Binary("*", x, x))), -1.0)
+    if fn == "atan":
+        return pow_(Binary("+", one, Binary("*", x, x)), -1.0)
+    if fn == "abs":          # the subgradient 0 at 0 (torch's sign)
+        return Where(Binary(">", x, Const(0)), one, Where(Binary("<", x, Const(0)), Const(-1), Const(0)))
+    if fn in ("ceil", "floor"):
+        return None
+    raise NotDifferentiableError(f"no derivative of {fn}(...) (complex functions such as conj are not "
+                                 f"differentiated yet)")
+
+
+def terms(e: Expr, wrt: str, k: str, source: str) -> list[tuple[Expr, str | None]]:
+    """``d e / d wrt[k]`` as ``[(c, a)]``: the sum of ``c * delta(a, k)`` (``a`` None: ``c``
+    itself, a delta already summed away, so ``c`` reads ``k``)."""
+    if isinstance(e, Access):
+        if e.tensor != wrt:
+            return []
+        return [(Const(1), e.indices[0])]
+    if isinstance(e, (Const, Index)):
+        return []
+    if not reads(e, wrt):
+        return []
+    if isinstance(e, Unary):
+        if e.fn == "neg":
+            return [(neg(c), a) for c, a in terms(e.arg, wrt, k, source)]
+        f = _unary_factor(e.fn, e.arg)
+        if f is None:
+            return []
+        return [(mul(c, f), a) for c, a in terms(e.arg, wrt, k, source)]
+    if isinstance(e, Where):
+        out = [(Where(e.cond, c, Const(0)), a) for c, a in terms(e.left, wrt, k, source)]
+        out += [(Where(e.cond, Const(0), c), a) for c, a in terms(e.right, wrt, k, source)]
+        return out       # the condition is piecewise constant: no derivative of its own
+    if isinstance(e, Binary):
+        L, R = e.left, e.right
+        tl, tr = terms(L, wrt, k, source), terms(R, wrt, k, source)
+        op = e.op
+        if op == "+":
+            return tl + tr
+        if op == "-":
+            return tl + [(neg(c), a) for c, a in tr]
+        if op == "*":
+            return [(mul(c, R), a) for c, a in tl] + [(mul(L, c), a) for c, a in tr]
+        if op == "/":
+            out = [(mul(c, pow_(R, -1.0)), a) for c, a in tl]
+            return out + [(mul(neg(mul(L, pow_(R, -2.0))), c), a) for c, a in tr]
+        if op == "pow":
+            out = []
+            if tl:
+                if isinstance(R, Const):
+                    f = mul(Const(R.value), pow_(L, R.value - 1)) if R.value != 0 else None
+                else:
+                    f = mul(R, Binary("pow", L, Binary("-", R, Const(1))))
+                out += [(mul(c, f), a) for c, a in tl] if f is not None else []
+            if tr:
+                f = mul(Binary("pow", L, R), Unary("log", L))
+                out += [(mul(c, f), a) for c, a in tr]
+            return out
+        if op in ("max", "min"):      # ties split evenly (torch.maximum's gradient)
+            cmp = ">" if op == "max" else "<"
+
+            def share(x, y, c):
+                return Where(Binary(cmp, x, y), c, Where(Binary("==", x, y), mul(Const(0.5), c), Const(0)))
+            return [(share(L, R, c), a) for c, a in tl] + [(share(R, L, c), a) for c, a in tr]
+        raise NotDifferentiableError(f"'{source}': the operator '{op}' in {show(e)} has no derivative "
+                                     f"(comparisons, //, %, Boolean and structural operators)")
+    if isinstance(e, Reduce):
+        if e.op != "sum":
+            raise NotDifferentiableError(f"'{source}': no derivative through the monoid reduction "
+                                         f"{e.op}[...] (sum has one)")
+        out = []
+        for c, a in terms(e.body, wrt, k, source):
+            if a in e.indices:          # sum[a](c * delta(a, k)) = c[a := k]
+                c, a, rest = substitute(c, {a: k}), None, tuple(i for i in e.indices if i != a)
+            else:
+                rest = e.indices
+            unused = [i for i in rest if i not in free_indices(c)]
+            if unused:
+                raise NotDifferentiableError(
+                    f"'{source}': the derivative of {show(e)} sums a term that does not use "
+                    f"{', '.join(unused)} (a multiple of that index's size): not supported yet")
+            out.append((_sum(rest, c), a))
+        return out
+    if isinstance(e, (Stored, Dense)):
+        raise NotDifferentiableError(f"'{source}': no derivative through {type(e).__name__.lower()}(...) yet")
+    raise NotDifferentiableError(f"'{source}': no derivative through {type(e).__name__}")
+
+
+def check_wrt(stmt: Statement, wrt: str, source: str) -> None:
+    if not isinstance(wrt, str) or wrt not in stmt.operands:
+        raise SparseccError(f"wrt={wrt!r} is not an operand of '{source}' (operands: {', '.join(stmt.operands)})")
+    ranks = {len(a.indices) for a in accesses(stmt.expr) if a.tensor == wrt}
+    if ranks != {1}:
+        raise SparseccError(f"wrt={wrt!r}: derivatives are with respect to a vector (rank-1) operand; "
+                            f"'{wrt}' has rank {ranks.pop()}")
+    if any(len(set(a.indices)) != len(a.indices) for a in accesses(stmt.expr)):
+        raise NotDifferentiableError(f"'{source}': repeated indices (diagonals) are not differentiated yet")
+
+
+def fresh_index(stmt: Statement, base: str) -> str:
+    taken = set(used_indices(stmt.expr)) | set(stmt.indices)
+    k, n = base, 0
+    while k in taken:
+        n += 1
+        k = f"{base}{n}"
+    return k
+
+
+def _total(parts: list[Expr]) -> Expr | None:
+    out = None
+    for p in parts:
+        if isinstance(p, Unary) and p.fn == "neg" and out is not None:
+            out = Binary("-", out, p.arg)
+        else:
+            out = p if out is None else Binary("+", out, p)
+    return out
+
+
+def derivative(stmt: Statement, wrt: str, k: str, output: str = "J_", source: str = "") -> Statement | None:
+    """``output[out..., k] = d stmt / d wrt[k]`` (None: the derivative is identically 0)."""
+    check_wrt(stmt, wrt, source or str(stmt))
+    parts = []
+    for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
+        if a is None:
+            parts.append(c)
+        else:
+            if a not in stmt.indices:      # cannot happen: bound indices are summed away
+                raise NotDifferentiableError(f"'{source}': a delta of the unbound index {a}")
+            parts.append(mul(c, Access(DELTA, (a, k))))
+    expr = _total(parts)
+    if expr is None:
+        return None
+    expr = fold(expr)
+    return Statement(output, stmt.indices + (k,), expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr))))
+
+
+def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T_",
+               source: str = "") -> Statement | None:
+    """``output[out...] = sum[k](d stmt / d wrt[k] * tangent[k])`` (forward mode)."""
+    check_wrt(stmt, wrt, source or str(stmt))
+    parts = []
+    for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
+        if a is None:
+            parts.append(_sum((k,), mul(c, Access(tangent, (k,)))))
+        else:
+            parts.append(mul(c, Access(tangent, (a,))))
+    expr = _total(parts)
+    if expr is None:
+        return None
+    expr = fold(expr)
+    return Statement(output, stmt.indices, expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr))))
+
+
+def text(stmt: Statement) -> str:
+    """The statement as index notation the parser reads back (sums explicit)."""
+    return str(stmt)
