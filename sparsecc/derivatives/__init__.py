@@ -17,7 +17,8 @@ from ..errors import DTypeError, OperandError, SparseccError
 from ..expr import Statement, accesses, index_sizes, infer_dtypes
 from ..options import Options
 from ..parse import parse_notation
-from .symbolic import DELTA, NotDifferentiableError, contracted, derivative, fresh_index
+from ..patterns import default_result_format
+from .symbolic import DELTA, NotDifferentiableError, contracted, derivative, fresh_index, split_reads
 
 __all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
            "NotDifferentiableError"]
@@ -80,15 +81,16 @@ class _Derived:
     def __init__(self, stmt, source, wrt, options):
         self.stmt, self.source, self.wrt = stmt, source, wrt
         self.options = options
+        self.names = stmt.operands     # the operands a call takes (the objective's, for hvp)
 
     def _operands(self, kwargs: dict, need_wrt=True) -> dict:
         ops = dict(kwargs)
-        unknown = [n for n in ops if n not in self.stmt.operands]
+        unknown = [n for n in ops if n not in self.names]
         if unknown:
             raise OperandError(f"'{self.source}' has no operand(s) {', '.join(unknown)} "
-                               f"(operands: {', '.join(self.stmt.operands)})")
+                               f"(operands: {', '.join(self.names)})")
         if need_wrt:
-            missing = [n for n in self.stmt.operands if n not in ops]
+            missing = [n for n in self.names if n not in ops]
             if missing:
                 raise OperandError(f"'{self.source}': missing operand(s) {', '.join(missing)}")
         w = ops.get(self.wrt)
@@ -110,6 +112,9 @@ class Jacobian(_Derived):
                                 f"{len(stmt.indices)} output indices (sc.hessian differentiates a scalar)")
         self.k = fresh_index(stmt, "k")
         self.statement = derivative(stmt, wrt, self.k, source=source)
+        self.aliases: dict = {}        # an operand read in two index orders: passed twice
+        if self.statement is not None:
+            self.statement, self.aliases = split_reads(self.statement)
         self.base = stmt               # the statement differentiated
         self._kernels: dict = {}
 
@@ -127,7 +132,8 @@ class Jacobian(_Derived):
         base = self.base
         sizes = index_sizes(base, {n: s for n, s in shapes.items() if n in base.operands})
         if self.statement is not None:
-            for i, n in index_sizes(self.statement, {n: s for n, s in shapes.items()
+            named = dict(shapes, **{a: shapes[n] for a, n in self.aliases.items() if n in shapes})
+            for i, n in index_sizes(self.statement, {n: s for n, s in named.items()
                                                      if n in self.statement.operands}).items():
                 sizes.setdefault(i, n)
         m = sizes.get(base.indices[0])
@@ -139,6 +145,7 @@ class Jacobian(_Derived):
 
     def _args(self, ops: dict, dtype) -> dict:
         args = {n: x for n, x in ops.items() if n in self.statement.operands}
+        args.update({a: ops[n] for a, n in self.aliases.items() if n in ops})
         if DELTA in self.statement.operands:
             args[DELTA] = _identity(self._shape(ops)[1], dtype)
         return args
@@ -149,7 +156,11 @@ class Jacobian(_Derived):
             m, n = self._shape(ops)
             cls = sp.csc_array if layout == "csc" else sp.csr_array
             return cls((m, n), dtype=dt)
-        out = self._kernel_for(layout)(**self._args(ops, dt))
+        args = self._args(ops, dt)
+        sparse = frozenset(n for n, x in args.items() if sp.issparse(x))
+        if default_result_format(self.statement, sparse) == "dense":
+            layout = "dense"           # the pattern is full (or dense along an index): every entry
+        out = self._kernel_for(layout)(**args)
         if not sp.issparse(out):       # a full pattern: every entry
             out = np.asarray(out)
         return out
@@ -167,12 +178,13 @@ class Jacobian(_Derived):
         ops = self._operands(operands, need_wrt=False)
         if self.statement is not None:
             shapes = {n: tuple(np.shape(x)) for n, x in ops.items()}
+            shapes.update({a: shapes[n] for a, n in self.aliases.items() if n in shapes})
             sizes = index_sizes(self.statement, shapes)
             if self.wrt in shapes:
                 sizes[self.k] = shapes[self.wrt][0]
             dt = np.float64
             for a in accesses(self.statement.expr):
-                if a.tensor in ops or a.tensor == DELTA:
+                if a.tensor in ops or a.tensor == DELTA or a.tensor in self.aliases:
                     continue
                 if not all(i in sizes for i in a.indices):
                     raise OperandError(f"J.pattern: the operands given do not fix the shape of "
@@ -278,27 +290,58 @@ class Hessian(Jacobian):
         self.objective = stmt
         self.gradient_statement = _gradient_statement(stmt, source, wrt)
         super().__init__(self.gradient_statement, source, wrt, options)
-        self.stmt = stmt               # operands are checked against the objective
+        self.stmt, self.names = stmt, stmt.operands   # operands are checked against the objective
         self._gstmt = self.gradient_statement
 
     def __call__(self, triangle=None, **operands):
-        H = self._run(self._operands(operands), "csr")
-        return _triangle(H, triangle)
+        return _triangle(self._run(self._operands(operands), "csr"), triangle)
+
+    def pattern(self, layout: str = "csr", triangle=None, **operands):
+        """As ``Jacobian.pattern``; ``triangle="lower"|"upper"``: that triangle's pattern only."""
+        if triangle is None:
+            return super().pattern(layout, **operands)
+        _triangle(None, triangle)
+        indptr, indices = super().pattern("csc" if layout == "csc" else "csr", **operands)
+        keep, indptr = _kept(indptr, indices, triangle, layout == "csc")
+        if layout == "coo":
+            return np.repeat(np.arange(len(indptr) - 1, dtype=indices.dtype), np.diff(indptr)), indices[keep]
+        return indptr, indices[keep]
+
+    def values(self, layout: str = "csr", triangle=None, **operands):
+        """As ``Jacobian.values``; ``triangle``: the values of that triangle, in its pattern's order."""
+        if triangle is None:
+            return super().values(layout, **operands)
+        _triangle(None, triangle)
+        m = self._run(self._operands(operands), "csc" if layout == "csc" else "csr")
+        csc = layout == "csc"
+        if not sp.issparse(m):         # a full pattern: every entry, row- (column-) major
+            pat = (sp.csc_array if csc else sp.csr_array)(np.ones(m.shape, bool))
+            keep, _ = _kept(pat.indptr, pat.indices, triangle, csc)
+            return np.ascontiguousarray(m.T if csc else m).reshape(-1)[keep]
+        keep, _ = _kept(m.indptr, m.indices, triangle, csc)
+        return m.data[keep]
+
+
+def _kept(indptr, indices, triangle, csc):
+    """(which stored entries lie in the triangle, the triangle's indptr) of a CSR/CSC pattern."""
+    major = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    rows, cols = (indices, major) if csc else (major, indices)
+    keep = cols <= rows if triangle == "lower" else cols >= rows
+    counts = np.bincount(major[keep], minlength=len(indptr) - 1)
+    return keep, np.concatenate([[0], np.cumsum(counts)]).astype(indptr.dtype)
 
 
 def _triangle(H, triangle):
-    if triangle is None:
-        return H
-    if triangle not in ("lower", "upper"):
+    """``H``'s lower or upper triangle (the entries selected by their coordinates: values
+    move, none is computed; stored zeros kept)."""
+    if triangle not in (None, "lower", "upper"):
         raise SparseccError(f"triangle must be None, 'lower' or 'upper', got {triangle!r}")
+    if H is None or triangle is None:
+        return H
     if not sp.issparse(H):
         return np.tril(H) if triangle == "lower" else np.triu(H)
-    # the entries of one triangle, selected by coordinates (values move, none is computed;
-    # stored zeros of the triangle kept)
     H = sp.csr_array(H)
-    rows = np.repeat(np.arange(H.shape[0]), np.diff(H.indptr))
-    keep = H.indices <= rows if triangle == "lower" else H.indices >= rows
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=H.shape[0]))]).astype(H.indptr.dtype)
+    keep, indptr = _kept(H.indptr, H.indices, triangle, False)
     return sp.csr_array((H.data[keep], H.indices[keep], indptr), shape=H.shape)
 
 
@@ -333,5 +376,5 @@ def hvp(expr, wrt: str, options: Options | None = None) -> ForwardDerivative:
     stmt, source, options = _source(expr, options)
     g = _gradient_statement(stmt, source, wrt)
     f = ForwardDerivative(g, source, wrt, options)
-    f.stmt = g
+    f.names = stmt.operands
     return f

@@ -49,19 +49,21 @@ def neg(a: Expr) -> Expr:
     return Unary("neg", a)
 
 
-def mul(a: Expr, b: Expr) -> Expr:
-    """``a * b``, constants 1 dropped; a sum times a factor that does not use its indices
-    becomes one sum of the product (``sum[m](x) * y`` -> ``sum[m](x * y)``), so contracted
-    derivatives are one nest the planner can order rather than a dense temporary."""
+def mul(a: Expr, b: Expr, hoist: bool = False) -> Expr:
+    """``a * b``, constants 1 dropped.  ``hoist``: a sum times a factor that does not use its
+    indices becomes one sum of the product (``sum[m](x) * y`` -> ``sum[m](x * y)``), so a
+    contracted derivative is one nest the planner can order rather than a dense temporary
+    of the contraction's free indices (not in Jacobian terms: ``sum[j](x) * Id_[i,k]`` stays a
+    vector temporary times the diagonal rather than a nest over i, j and k)."""
     if _one(a):
         return b
     if _one(b):
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return fold(Binary("*", a, b))
-    for s, o, first in ((a, b, True), (b, a, False)):
+    for s, o, first in ((a, b, True), (b, a, False)) if hoist else ():
         if isinstance(s, Reduce) and s.op == "sum" and not set(s.indices) & set(used_indices(o)):
-            body = mul(s.body, o) if first else mul(o, s.body)
+            body = mul(s.body, o, True) if first else mul(o, s.body, True)
             return _sum(s.indices, body)
     return Binary("*", a, b)
 
@@ -278,7 +280,7 @@ def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T
     parts = []
     for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
         if a is None:
-            parts.append(_sum((k,), mul(c, Access(tangent, (k,)))))
+            parts.append(_sum((k,), mul(c, Access(tangent, (k,)), hoist=True)))
         else:
             parts.append(mul(c, Access(tangent, (a,))))
     expr = _total(parts)
@@ -291,3 +293,39 @@ def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T
 def text(stmt: Statement) -> str:
     """The statement as index notation the parser reads back (sums explicit)."""
     return str(stmt)
+
+
+def split_reads(stmt: Statement) -> tuple[Statement, dict]:
+    """``stmt`` with each operand read under a second index order renamed (``A[k,l] +
+    A[l,k]`` -> ``A[k,l] + A__1[l,k]``), and {alias: operand}: the call passes the operand
+    under both names.  A sparse result of a union that reads one operand in two orders came
+    back with every entry stored (a split retry's dense temporary); two operands do not."""
+    orders: dict = {}
+    aliases: dict = {}
+
+    def name(a: Access) -> str:
+        seen = orders.setdefault(a.tensor, [])
+        if a.indices not in [o for o, _ in seen]:
+            alias = a.tensor if not seen else f"{a.tensor}__{len(seen)}"
+            seen.append((a.indices, alias))
+            if alias != a.tensor:
+                aliases[alias] = a.tensor
+        return dict(seen)[a.indices]
+
+    def walk_(e: Expr) -> Expr:
+        if isinstance(e, Access):
+            return Access(name(e), e.indices) if len(e.indices) > 1 else e
+        if isinstance(e, (Const, Index)):
+            return e
+        if isinstance(e, Reduce):
+            return Reduce(e.op, e.indices, walk_(e.body), e.identity)
+        if isinstance(e, Unary):
+            return Unary(e.fn, walk_(e.arg))
+        if isinstance(e, Binary):
+            return Binary(e.op, walk_(e.left), walk_(e.right))
+        if isinstance(e, Where):
+            return Where(walk_(e.cond), walk_(e.left), walk_(e.right))
+        return type(e)(walk_(e.body))
+
+    expr = walk_(stmt.expr)
+    return Statement(stmt.output, stmt.indices, expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr)))), aliases
