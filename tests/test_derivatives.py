@@ -144,6 +144,11 @@ def test_jacobian_expressions(name):
     _check_jacobian(name, "csr", np.float64)
 
 
+def test_piecewise_factor_keeps_float32():
+    # where(u > 0.5, 1, ...) is int64 by NumPy's rules: the derivative still comes back float32
+    _check_jacobian("maxmin", "csr", np.float32)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import pytest
 
 
-@pytest.mark.parametrize("name", ["quickstart.py", "sparse_results.py"])
+@pytest.mark.parametrize("name", ["quickstart.py", "sparse_results.py", "derivatives/bratu_newton.py"])
 def test_example(name):
     subprocess.run([sys.executable, os.path.join(ROOT, "examples", name)], check=True, capture_output=True)
 

@@ -75,6 +75,15 @@ def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
     return out
 
 
+def _in(out, dt):
+    """A derivative in the statement's dtype: a piecewise factor (``where(u[i] > 0.5, 1,
+    0)`` of ``max``, ``abs``) is int64 by NumPy's rules and widens a float32 derivative
+    statement to float64; the values come back in the dtype the statement has."""
+    if out.dtype == dt:
+        return out
+    return out.astype(dt) if sp.issparse(out) else np.asarray(out).astype(dt)[()]
+
+
 class _Derived:
     """What the derivative callables share: the source statement, ``wrt``, the operands."""
 
@@ -163,7 +172,7 @@ class Jacobian(_Derived):
         out = self._kernel_for(layout)(**args)
         if not sp.issparse(out):       # a full pattern: every entry
             out = np.asarray(out)
-        return out
+        return _in(out, dt)
 
     def __call__(self, **operands):
         return self._run(self._operands(operands), "csr")
@@ -247,7 +256,7 @@ class ForwardDerivative(_Derived):
             self._kernel = _kernel(self.statement, self.options, "dense")
         args = {n: x for n, x in ops.items() if n in self.statement.operands}
         args[_TANGENT] = tangent
-        return self._kernel(**args)
+        return _in(self._kernel(**args), dt)
 
 
 def _scalar(stmt, source, what):
@@ -276,10 +285,10 @@ class Gradient(_Derived):
 
     def __call__(self, **operands):
         ops = self._operands(operands)
-        _dtype_check(self.stmt, ops, self.wrt, self.source)
+        dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
         if self._kernel is None:
             self._kernel = _kernel(self.statement, self.options, "dense")
-        return self._kernel(**{n: x for n, x in ops.items() if n in self.statement.operands})
+        return _in(self._kernel(**{n: x for n, x in ops.items() if n in self.statement.operands}), dt)
 
 
 class Hessian(Jacobian):
