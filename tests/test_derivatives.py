@@ -379,3 +379,57 @@ def test_union_reading_one_operand_transposed_keeps_the_union_pattern():
     k = sc.compile("J_[k,k1] = ((((c[k] * exp(x[k])) * Id_[k,k1]) + A[k,k1]) + A[k1,k])", out_format="csr")
     J = k(A=A, Id_=sp.eye_array(7, format="csr"), c=np.ones(7), x=np.ones(7))
     assert J.nnz == (A + A.T + sp.eye_array(7)).nnz
+
+
+@pytest.mark.parametrize("n, density", [(7, 0.0), (1, 1.0), (1, 0.0)])
+def test_bratu_edge_sizes(n, density):
+    # an L storing nothing (the pattern is the diagonal), a 1 x 1 system; same kernel as above
+    rng = np.random.default_rng(21)
+    L = sp.random_array((n, n), density=density, format="csr", random_state=rng)
+    u, f = rng.uniform(0.1, 1, n), np.ones(n)
+    J = sc.jacobian(BRATU, wrt="u")
+    got = J(L=L, u=u, lam=0.8, f=f)
+    np.testing.assert_allclose(got.toarray(), L.toarray() + np.diag(0.8 * np.exp(u)), rtol=1e-12)
+    np.testing.assert_array_equal(_stored(got), _stored(L) | np.eye(n, dtype=bool))
+    indptr, indices = J.pattern(L=L)
+    np.testing.assert_array_equal(indptr, got.indptr)
+    np.testing.assert_array_equal(indices, got.indices)
+
+
+def test_identically_zero_derivative():
+    # floor is piecewise constant: its derivative is 0, an empty pattern (no kernel to run)
+    J = sc.jacobian("r[i] = floor(u[i]) * c[i]", wrt="u")
+    assert J.statement is None
+    got = J(u=np.linspace(0, 2, 5), c=np.ones(5))
+    assert isinstance(got, sp.csr_array) and got.shape == (5, 5) and got.nnz == 0
+    t = sc.jvp("r[i] = floor(u[i]) * c[i]", wrt="u")(u=np.ones(5), c=np.ones(5), tangent=np.ones(5))
+    np.testing.assert_array_equal(t, np.zeros(5))
+
+
+def test_missing_and_unknown_operands():
+    ops = _operands("bratu", "csr", np.float64)
+    J = sc.jacobian(BRATU, wrt="u")
+    with pytest.raises(sc.OperandError, match="missing"):
+        J(L=ops["L"], u=ops["u"])
+    with pytest.raises(sc.OperandError, match="no operand"):
+        J(**ops, g=1.0)
+    with pytest.raises(sc.OperandError, match="tangent"):
+        sc.jvp(BRATU, wrt="u")(**ops)
+    with pytest.raises(sc.OperandError, match="shape"):
+        sc.jvp(BRATU, wrt="u")(**ops, tangent=np.ones(N + 1))
+
+
+def test_pattern_same_in_another_process(tmp_path):
+    import subprocess
+    import sys
+    ops = _operands("bratu", "csr", np.float64)
+    sp.save_npz(tmp_path / "L.npz", ops["L"])
+    code = ("import numpy as np, scipy.sparse as sp, sparsecc as sc\n"
+            f"L = sp.csr_array(sp.load_npz({str(tmp_path / 'L.npz')!r}))\n"
+            f"p = sc.jacobian({BRATU!r}, wrt='u').pattern(L=L)\n"
+            f"np.savez({str(tmp_path / 'p.npz')!r}, indptr=p[0], indices=p[1])\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+    other = np.load(tmp_path / "p.npz")
+    here = sc.jacobian(BRATU, wrt="u").pattern(L=ops["L"])
+    np.testing.assert_array_equal(other["indptr"], here[0])
+    np.testing.assert_array_equal(other["indices"], here[1])
