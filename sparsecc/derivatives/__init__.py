@@ -63,8 +63,8 @@ def _identity(n: int, dtype) -> sp.csr_array:
 
 def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
     """The derivative's dtype; DTypeError for integer, bool and complex values."""
-    dts = {n: np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype) for n, x in operands.items()
-           if n in stmt.operands}
+    dts = {n: np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
+           for n, x in operands.items() if n in stmt.operands}
     for n in stmt.operands:
         dts.setdefault(n, np.dtype(np.float64))
     out = infer_dtypes(stmt, dts)[stmt.expr]
