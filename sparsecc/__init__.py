@@ -18,8 +18,10 @@ from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
 from . import ops
+from . import lazy
+from .lazy import compute, fused
 
-__all__ = ["aot", "ops", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
+__all__ = ["aot", "ops", "lazy", "compute", "fused", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
            "__version__", "set_num_threads", "get_num_threads"]
