@@ -427,15 +427,12 @@ class _Lowering:
             self.reshape[id(o)] = (id(base), o.shape)
         self._out_ids = out_ids
 
-    def _readers(self, n):
-        """The kinds of n's readers (through transposes)."""
-        kinds = []
+    def _readers(self, n) -> list:
+        """n's readers (through transposes)."""
+        out = []
         for p in self.parents.get(id(n), []):
-            if p.kind == "perm":
-                kinds += self._readers(p) or ["perm"]
-            else:
-                kinds.append(p.kind)
-        return kinds
+            out += (self._readers(p) or [p]) if p.kind == "perm" else [p]
+        return out
 
     def _materialize(self, n) -> bool:
         if n.kind == "leaf":
@@ -447,9 +444,12 @@ class _Lowering:
         readers = self._readers(n)
         if n.kind in ("contract", "reduce"):
             return n.kind == "reduce" or len(self.parents.get(id(n), [])) > 1 or \
-                builtins.any(r != "contract" for r in readers)
-        # element-wise: its own statement where a contraction reads it and it is no product
-        return "contract" in readers and not self._is_factor(n)
+                builtins.any(r.kind != "contract" for r in readers)
+        # element-wise: its own statement where a product of several arrays reads it and it is
+        # no product itself (the planner orders products; a sum of one chain stays one nest)
+        products = [r for r in readers if r.kind == "contract"
+                    and builtins.sum(isinstance(k, LazyArray) for k in r.kids) > 1]
+        return bool(products) and not self._is_factor(n)
 
     def _is_factor(self, n) -> bool:
         if isinstance(n, Const) or n.kind in ("leaf", "contract"):
@@ -597,7 +597,7 @@ def compute(*lazies):
 def _arg_key(a):
     if isinstance(a, LazyArray):
         raise SparseccError("a @sc.fused function takes NumPy/SciPy arrays and Python scalars, not lazy arrays")
-    if isinstance(a, (bool, int, float, complex)):
+    if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
         return ("const", type(a), a)
     if sp.issparse(a):
         return ("array", type(a), a.dtype, a.shape)

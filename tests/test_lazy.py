@@ -1,0 +1,201 @@
+"""sc.lazy / sc.compute / @sc.fused (docs/lazy.md): each operation against NumPy on dense
+copies, for formats x dtypes x shapes (empty, size-1); several outputs with a shared step
+computed once; the trace key; tracing errors."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+L = sc.lazy
+
+# each operation twice: over lazy arrays with the sc.lazy namespace, and over NumPy arrays
+OPS = {
+    "add": lambda ns, A, B, x: A + B,
+    "sub": lambda ns, A, B, x: A - B,
+    "mul": lambda ns, A, B, x: A * B,
+    "scale": lambda ns, A, B, x: 3 * A / 2.0,
+    "pow": lambda ns, A, B, x: A ** 2,
+    "neg_abs": lambda ns, A, B, x: -abs(A),
+    "exp_chain": lambda ns, A, B, x: ns.exp(2 * A + 1) * B,
+    "sqrt": lambda ns, A, B, x: ns.sqrt(abs(A)),
+    "maximum": lambda ns, A, B, x: ns.maximum(A, 0),
+    "minimum": lambda ns, A, B, x: ns.minimum(A, B),
+    "compare": lambda ns, A, B, x: A > B,
+    "where": lambda ns, A, B, x: ns.where(A > 0, A, B),
+    "sum0": lambda ns, A, B, x: A.sum(axis=0),
+    "sum1_sq": lambda ns, A, B, x: ((A - B) ** 2).sum(axis=1),
+    "sum_all": lambda ns, A, B, x: ns.sum(A),
+    "max1": lambda ns, A, B, x: ns.max(A, axis=1),
+    "min1": lambda ns, A, B, x: A.min(axis=1),
+    "mean1": lambda ns, A, B, x: A.mean(axis=1),
+    "keepdims": lambda ns, A, B, x: A - A.sum(axis=1, keepdims=True),
+    "matmul": lambda ns, A, B, x: A @ B.T,
+    "matvec": lambda ns, A, B, x: A @ x,
+    "chain": lambda ns, A, B, x: A @ (B.T @ (A @ x)),
+    "transpose": lambda ns, A, B, x: A.T,
+    "tensordot": lambda ns, A, B, x: ns.tensordot(A, B, axes=([1], [1])),
+    "vecdot": lambda ns, A, B, x: ns.vecdot(A, B),
+    "einsum": lambda ns, A, B, x: ns.einsum("ij,ij->i", A, B),
+}
+#: operations whose result NumPy refuses or that need a non-empty axis
+NOT_EMPTY = {"max1", "min1"}
+FORMATS = ["csr", "csc", "coo", "dense"]
+DTYPES = [np.float64, np.float32, np.int64]
+SHAPES = [(5, 4), (0, 4), (1, 1)]
+
+
+def _operands(fmt, dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(2):
+        d = rng.integers(-3, 4, shape) * (rng.random(shape) < 0.5)
+        d = d.astype(dtype)
+        if np.dtype(dtype).kind == "f":
+            d = d + (d != 0) * rng.random(shape).astype(dtype) / 4
+        out.append(d)
+    x = rng.integers(-3, 4, shape[1]).astype(dtype)
+    if fmt == "dense":
+        return out[0], out[1], x, out
+    return sp.coo_array(out[0]).asformat(fmt), sp.coo_array(out[1]).asformat(fmt), x, out
+
+
+def _dense(r):
+    return r.toarray() if sp.issparse(r) else np.asarray(r)
+
+
+def _check(op, fmt, dtype, shape):
+    if shape[1 if op in NOT_EMPTY else 0] == 0 and op in NOT_EMPTY:
+        pytest.skip("NumPy refuses a max/min of an empty axis")
+    A, B, x, (Ad, Bd) = _operands(fmt, dtype, shape)
+    expect = np.asarray(OPS[op](np, Ad, Bd, x))
+    got = sc.compute(OPS[op](L, L(A), L(B), L(x)))
+    assert _dense(got).shape == expect.shape
+    assert _dense(got).dtype == expect.dtype, (got.dtype, expect.dtype)
+    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
+    np.testing.assert_allclose(_dense(got), expect, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ops_csr_float64(op, shape):
+    _check(op, "csr", np.float64, shape)
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "exp_chain", "sum1_sq", "max1", "matvec", "where"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_ops_formats_dtypes(op, fmt, dtype):
+    _check(op, fmt, dtype, (5, 4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ops_sweep(op, fmt, dtype, shape):
+    _check(op, fmt, dtype, shape)
+
+
+def test_patterns():
+    A, B, x, (Ad, Bd) = _operands("csr", np.float64, (5, 4))
+    # + is the union, * the intersection, a 0-preserving function keeps the pattern: sparse
+    for e, want in ((L(A) + L(B), (Ad != 0) | (Bd != 0)), (L(A) * L(B), (Ad != 0) & (Bd != 0)),
+                    (L.sqrt(abs(L(A))), Ad != 0), (2.0 * L(A), Ad != 0)):
+        r = sc.compute(e)
+        assert sp.issparse(r)
+        stored = np.zeros(Ad.shape, bool)
+        c = r.tocoo()
+        stored[c.coords[0], c.coords[1]] = True
+        assert not (stored & ~want).any()
+    # exp(0) = 1: a dense result
+    assert isinstance(sc.compute(L.exp(L(A))), np.ndarray)
+
+
+def test_several_outputs_share_a_step():
+    n = 2000
+    rng = np.random.default_rng(3)
+    A = sp.random_array((n, n), density=0.005, format="csr", random_state=rng)
+    B = sp.random_array((n, n), density=0.005, format="csr", random_state=rng)
+    x = rng.random(n)
+    la, lb, lx = L(A), L(B), L(x)
+    t = lb @ lx                                    # read by two outputs: computed once
+    y, z, nrm = sc.compute(la @ t + 1.0, la.T @ t, L.vecdot(lx, lx))
+    np.testing.assert_allclose(y, A @ (B @ x) + 1.0)
+    np.testing.assert_allclose(z, A.T @ (B @ x))
+    np.testing.assert_allclose(nrm, x @ x)
+
+
+def test_fused_one_kernel_per_elementwise_chain():
+    A, B, _, (Ad, Bd) = _operands("csr", np.float64, (5, 4))
+    from sparsecc.lazy.core import _Compiled
+    c = _Compiled([L.exp(2 * L(A) + 1) * L(B)])
+    assert len(c.statements) == 1            # one statement: no temporary per operator
+    c = _Compiled([((L(A) - L(B)) ** 2).sum(axis=1)])
+    assert len(c.statements) == 1
+    c = _Compiled([L(A) @ (L(B).T @ L(Ad[:, 0]))])   # a nested contraction: one statement for the planner
+    assert len(c.statements) == 1
+
+
+def test_fused_trace_key():
+    calls = []
+
+    @sc.fused
+    def step(A, r, d):
+        calls.append(1)
+        return (1 - d) + d * (A.T @ r)
+
+    A, _, x, (Ad, _) = _operands("csr", np.float64, (5, 5))
+    r = np.arange(5.0)
+    np.testing.assert_allclose(step(A, r, 0.85), 0.15 + 0.85 * (Ad.T @ r))
+    assert step.traces == 1
+    before = sc.cache_info().misses
+    np.testing.assert_allclose(step(A * 2, r + 1, 0.85), 0.15 + 0.85 * (2 * Ad.T @ (r + 1)))   # new values
+    assert step.traces == 1 and sc.cache_info().misses == before
+    step(A, r, 0.5)                        # a Python scalar is a constant: a new trace
+    assert step.traces == 2
+    step(A.astype(np.float32), r, 0.5)     # new dtype
+    step(sp.csc_array(A), r, 0.5)          # new format
+    A6, _, _, _ = _operands("csr", np.float64, (6, 6))
+    step(A6, np.arange(6.0), 0.5)          # new shape
+    assert step.traces == 5 and len(calls) == 5
+    d = np.float64(0.85)                   # a NumPy scalar is an operand: its value is no part of the key
+    step(A, r, d)
+    step(A, r, np.float64(0.5))
+    assert step.traces == 6
+
+
+def test_tracing_errors():
+    @sc.fused
+    def branchy(x):
+        if x.sum() > 0:       # control flow on a lazy value
+            return x
+        return -x
+
+    with pytest.raises(sc.SparseccError, match=r"test_lazy.py:\d+: if x.sum\(\) > 0"):
+        branchy(np.ones(3))
+    with pytest.raises(sc.ShapeError, match="do not broadcast"):
+        L(np.ones(3)) + L(np.ones(4))
+    with pytest.raises(sc.ShapeError, match="do not align"):
+        L(np.ones((2, 3))) @ L(np.ones(4))
+    with pytest.raises(sc.OperandError, match="sc.lazy takes"):
+        L("abc")
+    with pytest.raises(sc.SparseccError, match="returned int"):
+        sc.fused(lambda x: 3)(np.ones(2))
+    with pytest.raises(sc.SparseccError, match="no values yet"):
+        np.asarray(L(np.ones(2)) + 1)
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "lazy")
+
+
+@pytest.mark.parametrize("name", ["pagerank.py", "cg.py"])
+def test_lazy_examples(name):
+    subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "--small"], check=True, capture_output=True,
+                   timeout=900)
