@@ -197,5 +197,8 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.mark.parametrize("name", ["pagerank.py", "cg.py"])
 def test_lazy_examples(name):
-    subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "--small"], check=True, capture_output=True,
-                   timeout=900)
+    root = os.path.dirname(os.path.dirname(EXAMPLES))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "--small"], check=True, capture_output=True,
+                         text=True, timeout=900, env=env)
+    assert "traced" in out.stdout
