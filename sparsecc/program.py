@@ -13,7 +13,6 @@ planned statement's are).
 
 from __future__ import annotations
 
-import numpy as np
 import scipy.sparse as sp
 
 from .errors import FormatError, OperandError, ParseError, SparseccError

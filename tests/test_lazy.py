@@ -134,7 +134,7 @@ def test_several_outputs_share_a_step():
 
 def test_fused_one_kernel_per_elementwise_chain():
     A, B, _, (Ad, Bd) = _operands("csr", np.float64, (5, 4))
-    from sparsecc.lazy.core import _Compiled
+    from sparsecc.lazy.lower import _Compiled
     c = _Compiled([L.exp(2 * L(A) + 1) * L(B)])
     assert len(c.statements) == 1            # one statement: no temporary per operator
     c = _Compiled([((L(A) - L(B)) ** 2).sum(axis=1)])

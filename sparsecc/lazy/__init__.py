@@ -18,8 +18,9 @@ from __future__ import annotations
 import sys
 import types
 
-from .core import (LazyArray, abs, ceil, clip, compute, cos, einsum, exp,  # noqa: F401,A004
-                   expm1, floor, fused, log, log1p, matmul, max, maximum, mean, min, minimum, permute_dims, pow,
+from .lower import compute, fused
+from .core import (LazyArray, abs, ceil, clip, cos, einsum, exp,  # noqa: F401,A004
+                   expm1, floor, log, log1p, matmul, max, maximum, mean, min, minimum, permute_dims, pow,
                    sin, sinh, sqrt, sum, tan, tanh, tensordot, vecdot, where, asarray, lazy, negative, arcsin,
                    arctan, square)
 

@@ -22,8 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import ParseError
-from ..expr import (Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where, accesses,
-                    children)
+from ..expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where
 from .plan import LETTERS, Plan
 
 
