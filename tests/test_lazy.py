@@ -39,6 +39,9 @@ OPS = {
     "matvec": lambda ns, A, B, x: A @ x,
     "chain": lambda ns, A, B, x: A @ (B.T @ (A @ x)),
     "transpose": lambda ns, A, B, x: A.T,
+    "divide": lambda ns, A, B, x: A / B,
+    "divide_rows": lambda ns, A, B, x: A / (x + 4),
+    "broadcast": lambda ns, A, B, x: A * x + ns.sum(B, axis=1, keepdims=True),
     "tensordot": lambda ns, A, B, x: ns.tensordot(A, B, axes=([1], [1])),
     "vecdot": lambda ns, A, B, x: ns.vecdot(A, B),
     "einsum": lambda ns, A, B, x: ns.einsum("ij,ij->i", A, B),
@@ -73,12 +76,13 @@ def _check(op, fmt, dtype, shape):
     if shape[1 if op in NOT_EMPTY else 0] == 0 and op in NOT_EMPTY:
         pytest.skip("NumPy refuses a max/min of an empty axis")
     A, B, x, (Ad, Bd) = _operands(fmt, dtype, shape)
-    expect = np.asarray(OPS[op](np, Ad, Bd, x))
+    with np.errstate(all="ignore"):
+        expect = np.asarray(OPS[op](np, Ad, Bd, x))
     got = sc.compute(OPS[op](L, L(A), L(B), L(x)))
     assert _dense(got).shape == expect.shape
     assert _dense(got).dtype == expect.dtype, (got.dtype, expect.dtype)
     tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
-    np.testing.assert_allclose(_dense(got), expect, rtol=tol, atol=tol)
+    np.testing.assert_allclose(_dense(got), expect, rtol=tol, atol=tol, equal_nan=True)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -101,6 +105,20 @@ def test_ops_formats_dtypes(op, fmt, dtype):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_ops_sweep(op, fmt, dtype, shape):
     _check(op, fmt, dtype, shape)
+
+
+def test_operands_and_long_chains():
+    A, B, x, (Ad, Bd) = _operands("csr", np.float64, (5, 4))
+    col = np.arange(5.0).reshape(5, 1)
+    np.testing.assert_allclose(_dense(sc.compute(L(col) + L(A))), col + Ad)        # a size-1 axis stretched
+    np.testing.assert_allclose(_dense(sc.compute(L(np.float64(2.5)) * L(A))), 2.5 * Ad)   # a 0-d operand
+    np.testing.assert_allclose(_dense(sc.compute(L(A))), Ad)                      # a copy
+    np.testing.assert_allclose(_dense(sc.compute(np.exp(L(A)) + Bd)), np.exp(Ad) + Bd)   # NumPy ufuncs, arrays
+    np.testing.assert_allclose(sc.compute(L(A).sum(axis=1, keepdims=True).sum(axis=1)), Ad.sum(1))
+    y, ly = x.astype(float), L(x.astype(float))
+    for k in range(150):                 # deeper than one statement takes: cut into several
+        y, ly = y * 0.5 + k, ly * 0.5 + k
+    np.testing.assert_allclose(sc.compute(ly), y)
 
 
 def test_patterns():

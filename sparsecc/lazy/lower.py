@@ -10,12 +10,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SparseccError
-from ..expr import Access, Binary, Const, Dense, Reduce, Statement, Unary, Where, accesses, fold
+from ..expr import Access, Binary, Const, Dense, Reduce, Statement, Stored, Unary, Where, accesses, fold
 from ..program import Program
 from .core import _LETTERS, LazyArray, _placeholder, lazy
 
 
 # ----------------------------------------------------------- the DAG as statements
+#: the most operations inlined into one statement: a longer chain (a loop of lazy updates)
+#: is cut into statements of at most this depth (the IR takes 100 levels: ``expr.MAX_DEPTH``)
+MAX_INLINE = 40
+
+
 class _Lowering:
     """Statements computing ``outputs`` (see docs/lazy.md, What fuses): a node becomes a
     statement of its own where it is an output, a contraction or reduction read by anything
@@ -41,7 +46,7 @@ class _Lowering:
             for k in n.kids:
                 if isinstance(k, LazyArray):
                     self.parents.setdefault(id(k), []).append(n)
-                    stack.append((k, False))
+            stack.extend((k, False) for k in reversed(n.kids) if isinstance(k, LazyArray))
         self.order = order                     # children first
         self.outputs = outputs
         out_ids = set()
@@ -91,9 +96,14 @@ class _Lowering:
                 name = self.leaves.setdefault(id(n), f"a{len(self.leaves)}")
                 if name == f"a{len(self.leaf_nodes)}":
                     self.leaf_nodes.append(n)
+        depth: dict[int, int] = {}
         for n in self.order:
-            if n.kind != "leaf" and self._materialize(n) or (n.kind == "leaf" and id(n) in self._out_ids):
+            d = 1 + builtins.max((depth[id(k)] for k in n.kids if isinstance(k, LazyArray)), default=0)
+            if n.kind != "leaf" and (self._materialize(n) or d > MAX_INLINE) or \
+                    (n.kind == "leaf" and id(n) in self._out_ids):
                 self._statement(n)
+                d = 1
+            depth[id(n)] = d
         return self
 
     def _statement(self, n):
@@ -119,6 +129,11 @@ class _Lowering:
             return Unary(n.op, self._expr(n.kids[0], idx, fresh))
         if k in ("binary", "where"):
             kids = [self._bcast(c, idx, n.shape, fresh) for c in n.kids]
+            if k == "binary" and n.op == "/" and isinstance(n.kids[1], LazyArray) and n.kids[1].ndim:
+                # index notation divides by scalars only; stored(...) over dense operands is
+                # NumPy's division at every entry (a sparse operand: its dense temporary)
+                kids = [Dense(e) if isinstance(c, LazyArray) and c.sparse else e for c, e in zip(n.kids, kids)]
+                return Stored(Binary("/", *kids))
             return Binary(n.op, *kids) if k == "binary" else Where(*kids)
         if k == "perm":
             inner = [None] * n.ndim
@@ -139,6 +154,7 @@ class _Lowering:
                         reduced.append(name[l])
                 e = self._expr(c, tuple(name[l] for l in t), fresh)
                 body = e if body is None else Binary("*", body, e)
+            reduced = _used(reduced, body)
             return Reduce("sum", tuple(reduced), body) if reduced else body
         if k == "reduce":
             op, axes = n.op
@@ -152,12 +168,17 @@ class _Lowering:
                 else:
                     inner.append(next(it))
             body = self._expr(n.kids[0], tuple(inner), fresh)
+            red = _used(red, body)
+            if not red:
+                return body
             if n.kids[0].sparse:
                 body = Dense(body)
             return Reduce(op, tuple(red), body)
         raise SparseccError(f"internal: unknown lazy node {k}")   # pragma: no cover
 
     def _bcast(self, c, idx, shape, fresh):
+        """``c``'s expression read at ``idx`` (the reader's indices, NumPy's broadcasting: a
+        size-1 axis against a longer one reads its one entry, a sum over a fresh index)."""
         if isinstance(c, Const):
             return c
         k = c.ndim
@@ -168,9 +189,14 @@ class _Lowering:
                 mine[a] = next(fresh)
                 extra.append(mine[a])
         e = self._expr(c, tuple(mine), fresh)
-        used = {i for acc in accesses(e) for i in acc.indices}
-        extra = tuple(i for i in extra if i in used)
-        return Reduce("sum", extra, e) if extra else e
+        extra = _used(extra, e)
+        return Reduce("sum", tuple(extra), e) if extra else e
+
+
+def _used(names, e) -> list:
+    """``names`` that ``e`` reads (a reduction over an index its body does not use is refused)."""
+    used = {i for acc in accesses(e) for i in acc.indices}
+    return [i for i in names if i in used]
 
 
 _PROGRAMS: dict = {}
