@@ -72,12 +72,13 @@ def test_equal_statements_share_and_different_values_do_not():
     A = _mat(25, 25, 0.2, 4)
     rng = np.random.default_rng(5)
     x, b = rng.random(25), rng.random(25)
-    prog = sc.compile("u[i] = A[i,j] * x[j]\nv[k] = A[k,l] * x[l]\nw[i] = A[i,j] * b[j]")
+    prog = sc.compile("u[i] = A[i,j] * x[j]\nv[k] = A[k,l] * x[l]\nw[i] = A[i,j] * b[j]\nq[i] = A[j,i] * x[j]")
     out = prog(A=A, x=x, b=b)
     np.testing.assert_allclose(out["u"], _dense(A) @ x)
     np.testing.assert_allclose(out["v"], _dense(A) @ x)
     np.testing.assert_allclose(out["w"], _dense(A) @ b)
-    assert prog.steps_run == 2               # v is u's value; w reads b
+    np.testing.assert_allclose(out["q"], _dense(A).T @ x)
+    assert prog.steps_run == 3               # v is u's value; w reads b; q reads A transposed
     assert canonical(sc.compile("u[i] = A[i,j] * x[j]").stmt) == canonical(sc.compile("v[k] = M[k,l] * y[l]").stmt)
 
 
