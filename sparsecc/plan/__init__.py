@@ -20,4 +20,5 @@ from .program import ProgramPlan, ProgramStep, canonical
 from .stats import TensorStats, degree_bound, estimate, of_operand, sampled_estimate, uniform_estimate
 
 __all__ = ["DISTRIBUTIVE", "Plan", "Product", "Step", "TensorStats", "check_optimize", "degree_bound", "estimate",
-           "make_plan", "of_operand", "ProgramPlan", "ProgramStep", "canonical", "product_form", "sampled_estimate", "step_statement", "uniform_estimate"]
+           "make_plan", "of_operand", "ProgramPlan", "ProgramStep", "canonical", "product_form", "sampled_estimate",
+           "step_statement", "uniform_estimate"]
