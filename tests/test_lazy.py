@@ -39,6 +39,9 @@ OPS = {
     "matvec": lambda ns, A, B, x: A @ x,
     "chain": lambda ns, A, B, x: A @ (B.T @ (A @ x)),
     "transpose": lambda ns, A, B, x: A.T,
+    "prod1": lambda ns, A, B, x: (A + 1).prod(axis=1),
+    "prod_sparse": lambda ns, A, B, x: ns.prod(A, axis=0),
+    "expand_dims": lambda ns, A, B, x: ns.expand_dims(x, 0) * A,
     "divide": lambda ns, A, B, x: A / B,
     "divide_rows": lambda ns, A, B, x: A / (x + 4),
     "broadcast": lambda ns, A, B, x: A * x + ns.sum(B, axis=1, keepdims=True),
@@ -115,6 +118,10 @@ def test_operands_and_long_chains():
     np.testing.assert_allclose(_dense(sc.compute(L(A))), Ad)                      # a copy
     np.testing.assert_allclose(_dense(sc.compute(np.exp(L(A)) + Bd)), np.exp(Ad) + Bd)   # NumPy ufuncs, arrays
     np.testing.assert_allclose(sc.compute(L(A).sum(axis=1, keepdims=True).sum(axis=1)), Ad.sum(1))
+    np.testing.assert_allclose(sc.compute(L.squeeze(L(col))), col[:, 0])
+    np.testing.assert_allclose(_dense(sc.compute(L.squeeze(L.expand_dims(L(A), 1), 1))), Ad)
+    with pytest.raises(sc.ShapeError, match="has size 4, not 1"):
+        L.squeeze(L(A), axis=1)
     y, ly = x.astype(float), L(x.astype(float))
     for k in range(150):                 # deeper than one statement takes: cut into several
         y, ly = y * 0.5 + k, ly * 0.5 + k

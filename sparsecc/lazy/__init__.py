@@ -22,12 +22,12 @@ from .lower import compute, fused
 from .core import (LazyArray, abs, ceil, clip, cos, einsum, exp,  # noqa: F401,A004
                    expm1, floor, log, log1p, matmul, max, maximum, mean, min, minimum, permute_dims, pow,
                    sin, sinh, sqrt, sum, tan, tanh, tensordot, vecdot, where, asarray, lazy, negative, arcsin,
-                   arctan, square)
+                   arctan, square, prod, expand_dims, squeeze)
 
 __all__ = ["LazyArray", "asarray", "compute", "fused", "abs", "ceil", "clip", "cos", "einsum", "exp", "expm1",
            "floor", "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "permute_dims", "pow",
            "sin", "sinh", "sqrt", "sum", "tan", "tanh", "tensordot", "vecdot", "where", "negative", "arcsin",
-           "arctan", "square"]
+           "arctan", "square", "prod", "expand_dims", "squeeze"]
 
 
 class _Namespace(types.ModuleType):

@@ -103,6 +103,7 @@ class LazyArray:
     def max(self, axis=None, keepdims=False): return max(self, axis=axis, keepdims=keepdims)
     def min(self, axis=None, keepdims=False): return min(self, axis=axis, keepdims=keepdims)
     def mean(self, axis=None, keepdims=False): return mean(self, axis=axis, keepdims=keepdims)
+    def prod(self, axis=None, keepdims=False): return prod(self, axis=axis, keepdims=keepdims)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fn = _UFUNCS.get(ufunc.__name__)
@@ -351,11 +352,39 @@ def sum(x, axis=None, keepdims=False) -> LazyArray:      # noqa: A001
 def _monoid(op: str, x, axis, keepdims) -> LazyArray:
     x = lazy(x)
     axes = _axes(x, axis)
-    if builtins.any(x.shape[a] == 0 for a in axes):
+    if op != "times" and builtins.any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"{_where_called(3)}: {op} of an empty axis has no identity (NumPy refuses it too)")
     shape = tuple(n for k, n in enumerate(x.shape) if k not in axes)
     node = LazyArray("reduce", (op, axes), (x,), shape, x.dtype, x.sparse)
     return _keep(node, x, axes, keepdims)
+
+
+def prod(x, axis=None, keepdims=False) -> LazyArray:
+    """``numpy.prod`` (NumPy's meaning: unstored entries are zeros; an empty product is 1)."""
+    return _monoid("times", x, axis, keepdims)
+
+
+def expand_dims(x, axis=0) -> LazyArray:
+    """``x`` with a size-1 axis inserted at ``axis``."""
+    x = lazy(x)
+    a = axis + x.ndim + 1 if axis < 0 else axis
+    if not 0 <= a <= x.ndim:
+        raise ShapeError(f"{_where_called()}: expand_dims axis {axis} is out of bounds for shape {x.shape}")
+    shape = x.shape[:a] + (1,) + x.shape[a:]
+    return LazyArray("keep", (a,), (x,), shape, x.dtype, x.sparse)
+
+
+def squeeze(x, axis=None) -> LazyArray:
+    """``x`` without its size-1 axes (``axis``: those only; each must have size 1)."""
+    x = lazy(x)
+    axes = tuple(k for k, n in enumerate(x.shape) if n == 1) if axis is None else _axes(x, axis)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"{_where_called()}: squeeze: axis {a} of shape {x.shape} has size {x.shape[a]}, not 1")
+    if not axes:
+        return x
+    labels = tuple(_LETTERS[k] for k in range(x.ndim))
+    return _contract([labels], tuple(c for k, c in enumerate(labels) if k not in axes), [x], "squeeze")
 
 
 def max(x, axis=None, keepdims=False) -> LazyArray:      # noqa: A001
