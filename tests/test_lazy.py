@@ -227,3 +227,20 @@ def test_lazy_examples(name):
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), "--small"], check=True, capture_output=True,
                          text=True, timeout=900, env=env)
     assert "traced" in out.stdout
+
+
+def test_compute_again_compiles_nothing():
+    A, B, x, _ = _operands("csr", np.float64, (5, 4))
+    sc.compute(L.exp(L(A)) * L(B) + 1.0)
+    before = sc.cache_info().misses
+    A2, B2, _, (Ad2, Bd2) = _operands("csr", np.float64, (5, 4), seed=7)
+    r = sc.compute(L.exp(L(A2)) * L(B2) + 1.0)
+    np.testing.assert_allclose(_dense(r), np.exp(Ad2) * Bd2 + 1.0)
+    assert sc.cache_info().misses == before
+    # NumPy scalars are operands: a loop of sc.compute with new values compiles once
+    sc.compute(np.float64(0.5) * L(A) + L(B))
+    before = sc.cache_info().misses
+    for a in (0.25, 2.0, -1.0):
+        r = sc.compute(np.float64(a) * L(A2) + L(B2))
+        np.testing.assert_allclose(_dense(r), a * Ad2 + Bd2)
+    assert sc.cache_info().misses == before

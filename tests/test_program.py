@@ -114,3 +114,21 @@ def test_program_argument_errors():
         prog(A=_mat(3, 3, 0.5, 0), x=np.ones(3), y=np.ones(3))
     with pytest.raises(sc.FormatError, match="not an input"):
         sc.compile("y[i] = A[i,j] * x[j]; z[i] = y[i] * 2", y="dense")
+
+
+def test_program_options_reach_every_statement():
+    A, B = _mat(20, 15, 0.2, 8), _mat(20, 15, 0.2, 9)
+    prog = sc.compile("C[i,j] = A[i,j] * B[i,j]; D[i,j] = C[i,j] + A[i,j]", out_format={"C": "coo"}, A="csc")
+    out = prog(A=A, B=B)
+    assert out["C"].format == "coo" and out["D"].format == "csr"
+    np.testing.assert_allclose(_dense(out["D"]), _dense(A) * _dense(B) + _dense(A))
+    n = 2000
+    A, B, C = (_mat(n, n, 0.005, s) for s in (10, 11, 12))
+    x = np.random.default_rng(13).random(n)
+    prog = sc.compile("y[i] = sum[j,k](A[i,j] * B[j,k] * x[k]); z[i] = sum[j,k](C[i,j] * B[j,k] * x[k])",
+                      optimize=False)
+    out = prog(A=A, B=B, C=C, x=x)
+    np.testing.assert_allclose(out["z"], _dense(C) @ (_dense(B) @ x))
+    assert prog.steps_run == 2 and not prog.last_plan.shared       # one nest each: nothing to share
+    with pytest.raises(sc.FormatError, match="dict by output name"):
+        sc.compile("y[i] = A[i,j] * x[j]; z[i] = y[i] * 2", out_format="csr")

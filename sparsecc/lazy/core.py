@@ -140,9 +140,12 @@ def _placeholder(x, slot: int) -> LazyArray:
 
 
 def _operand(x):
-    """A LazyArray, or a Python/NumPy scalar as a constant."""
+    """A LazyArray, or a Python scalar as a constant (a NumPy scalar is a 0-d operand: a new
+    value compiles nothing, and NumPy promotes it as it promotes the NumPy scalar)."""
     if isinstance(x, LazyArray):
         return x
+    if isinstance(x, np.generic):
+        return lazy(np.asarray(x))
     if isinstance(x, _SCALARS):
         return Const(x)
     return lazy(x)
