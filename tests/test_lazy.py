@@ -244,3 +244,27 @@ def test_compute_again_compiles_nothing():
         r = sc.compute(np.float64(a) * L(A2) + L(B2))
         np.testing.assert_allclose(_dense(r), a * Ad2 + Bd2)
     assert sc.cache_info().misses == before
+
+
+def test_torch_in_torch_out():
+    torch = pytest.importorskip("torch")
+    A, _, x, (Ad, _) = _operands("csr", np.float64, (5, 4))
+    At = torch.from_numpy(Ad).to_sparse_coo()
+    xt = torch.from_numpy(x)
+    y = sc.compute(L(At) @ L(xt) + 1.0)
+    assert isinstance(y, torch.Tensor)
+    np.testing.assert_allclose(y.numpy(), Ad @ x + 1.0)
+    S = sc.compute(2 * L(At))                      # a sparse result: a sparse tensor
+    assert isinstance(S, torch.Tensor) and S.layout != torch.strided
+    np.testing.assert_allclose(S.to_dense().numpy(), 2 * Ad)
+
+    @sc.fused
+    def f(A, x):
+        return L.maximum(A @ x, 0.0)
+    np.testing.assert_allclose(f(At, xt).numpy(), np.maximum(Ad @ x, 0))
+    np.testing.assert_allclose(f(At, xt + 1).numpy(), np.maximum(Ad @ (x + 1), 0))
+    assert f.traces == 1
+    f(At.to_dense(), xt)                           # another layout: a new trace
+    assert f.traces == 2
+    with pytest.raises(sc.SparseccError, match="requires grad"):
+        L(torch.ones(3, requires_grad=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import importlib
 import linecache
 import sys
 
@@ -35,12 +36,14 @@ class LazyArray:
     ``dtype``.  Build it with ``sc.lazy(x)`` and the operators / ``sc.lazy`` functions;
     ``sc.compute`` computes it."""
 
-    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "__weakref__")
+    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "torch", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, kind, op, kids, shape, dtype, sparse=False, value=None):
         self.kind, self.op, self.kids = kind, op, tuple(kids)
         self.shape, self.dtype, self.sparse, self.value = tuple(shape), np.dtype(dtype), sparse, value
+        #: a torch operand (leaves): results of a computation reading one are torch tensors
+        self.torch = False
 
     # ---------------------------------------------------------------- NumPy look
     @property
@@ -118,6 +121,10 @@ def lazy(x) -> LazyArray:
     lazy operand (a LazyArray stays itself)."""
     if isinstance(x, LazyArray):
         return x
+    if _is_torch(x):
+        node = lazy(_from_torch(x))
+        node.torch = True
+        return node
     if sp.issparse(x):
         if x.format not in ("csr", "csc", "coo"):
             x = x.tocsr()
@@ -134,9 +141,31 @@ def lazy(x) -> LazyArray:
 asarray = lazy
 
 
+def _is_torch(x) -> bool:
+    """A torch tensor (checked by its type's module: ``import sparsecc`` imports no torch)."""
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "layout")
+
+
+def _from_torch(t):
+    """A CPU torch tensor's NumPy/SciPy view (``sparsecc.torch.to_sparsecc``); a tensor that
+    requires grad is refused (lazy arrays run no backward)."""
+    if getattr(t, "requires_grad", False):
+        raise SparseccError(f"{_where_called(3)}: sc.lazy of a tensor that requires grad: lazy arrays compute "
+                            f"values only; use sparsecc.torch for gradients, or pass t.detach()")
+    return torch_api().to_sparsecc(t, "a sc.lazy operand")
+
+
+def torch_api():
+    """``sparsecc.torch``, imported on demand (as ``dispatch.py`` imports its on-demand
+    packages: it imports ``sparsecc`` itself, and only a torch operand needs it)."""
+    return importlib.import_module("sparsecc.torch")
+
+
 def _placeholder(x, slot: int) -> LazyArray:
     node = lazy(x)
-    return LazyArray("leaf", slot, (), node.shape, node.dtype, node.sparse, None)
+    out = LazyArray("leaf", slot, (), node.shape, node.dtype, node.sparse, None)
+    out.torch = node.torch
+    return out
 
 
 def _operand(x):

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from ..errors import SparseccError
 from ..expr import Access, Binary, Const, Dense, Reduce, Statement, Stored, Unary, Where, accesses, fold
 from ..program import Program
-from .core import _LETTERS, LazyArray, _placeholder, lazy
+from .core import _LETTERS, LazyArray, _from_torch, _is_torch, _placeholder, lazy, torch_api
 
 
 # ----------------------------------------------------------- the DAG as statements
@@ -210,6 +210,7 @@ class _Compiled:
         self.program_key = tuple(low.statements)
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
         self.leaves = [(low.leaves[id(n)], n) for n in low.leaf_nodes]
+        self.torch = builtins.any(n.torch for n in low.leaf_nodes)
         wanted = tuple(dict.fromkeys(name for name, _ in self.outs))
         key = (self.program_key, wanted)
         prog = _PROGRAMS.get(key)
@@ -222,7 +223,7 @@ class _Compiled:
         env = {}
         for name, n in self.leaves:
             if n.value is None:
-                env[name] = args[n.op]
+                env[name] = _from_torch(args[n.op]) if n.torch else args[n.op]
             else:
                 env[name] = n.value
         needed = set(self.program.operands)
@@ -233,6 +234,8 @@ class _Compiled:
             if tuple(r.shape) != tuple(shape):
                 r = r.reshape(shape)
             res.append(r)
+        if self.torch:                 # torch in, torch out
+            res = [torch_api().from_sparsecc(r) for r in res]
         return res
 
 
@@ -252,6 +255,8 @@ def _arg_key(a):
         raise SparseccError("a @sc.fused function takes NumPy/SciPy arrays and Python scalars, not lazy arrays")
     if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
         return ("const", type(a), a)
+    if _is_torch(a):
+        return ("array", "torch", a.layout, a.dtype, tuple(a.shape))
     if sp.issparse(a):
         return ("array", type(a), a.dtype, a.shape)
     if isinstance(a, (np.ndarray, np.generic)):
