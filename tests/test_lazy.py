@@ -268,3 +268,15 @@ def test_torch_in_torch_out():
     assert f.traces == 2
     with pytest.raises(sc.SparseccError, match="requires grad"):
         L(torch.ones(3, requires_grad=True))
+
+
+def test_compute_format():
+    A, B, _, (Ad, Bd) = _operands("csr", np.float64, (5, 4))
+    r = sc.compute(L(A) * L(B), format="coo")
+    assert sp.issparse(r) and r.format == "coo"
+    np.testing.assert_allclose(r.toarray(), Ad * Bd)
+    r = sc.compute(L(A) + L(B), format="dense")
+    assert isinstance(r, np.ndarray)
+    np.testing.assert_allclose(r, Ad + Bd)
+    with pytest.raises(sc.FormatError):
+        sc.compute(L(A).sum(), format="csr")        # a scalar result cannot be sparse

@@ -205,17 +205,22 @@ _PROGRAMS: dict = {}
 class _Compiled:
     """A lowered DAG: its program and how to feed it."""
 
-    def __init__(self, outputs):
+    def __init__(self, outputs, out_format=None):
         low = _Lowering(outputs).lower()
         self.program_key = tuple(low.statements)
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
         self.leaves = [(low.leaves[id(n)], n) for n in low.leaf_nodes]
         self.torch = builtins.any(n.torch for n in low.leaf_nodes)
         wanted = tuple(dict.fromkeys(name for name, _ in self.outs))
-        key = (self.program_key, wanted)
+        formats = None if out_format is None else {n: out_format for n in wanted}
+        key = (self.program_key, wanted, out_format)
         prog = _PROGRAMS.get(key)
         if prog is None:
-            prog = _PROGRAMS[key] = Program(low.statements, outputs=wanted)
+            prog = Program(low.statements, outputs=wanted, out_format=formats)
+            try:
+                _PROGRAMS[key] = prog
+            except TypeError:           # an unhashable format object: no memo
+                pass
         self.program = prog
         self.statements = low.statements
 
@@ -239,14 +244,15 @@ class _Compiled:
         return res
 
 
-def compute(*lazies):
+def compute(*lazies, format=None):     # noqa: A002
     """Compute lazy arrays: one program for all of them (shared steps once).  One argument
     gives its result; several give a tuple.  Results are NumPy arrays or SciPy sparse
-    arrays (docs/lazy.md, Patterns)."""
+    arrays (docs/lazy.md, Patterns); ``format``: every result's layout (``"dense"``,
+    ``"csr"``, ``"coo"``, ... as ``out_format=`` of ``sc.einsum``)."""
     if not lazies:
         raise SparseccError("sc.compute needs at least one lazy array")
     outs = [lazy(x) for x in lazies]
-    res = _Compiled(outs).run()
+    res = _Compiled(outs, format).run()
     return res[0] if len(res) == 1 else tuple(res)
 
 
