@@ -173,10 +173,17 @@ class Program:
                     args.append(x)
                 env[ps.output] = kk(*args)
                 self.steps_run += 1
-            # dead values: inputs and outputs no later statement reads
+            # dead values: earlier outputs no later statement reads, under any name that
+            # holds them, and no requested output holds; a later equal step then runs again
             for n in stmt.operands:
-                if last_reader.get(n) == k and n not in keep and n not in self.operands:
-                    env.pop(builder.value(n), None)
+                v = builder.value(n)
+                if n in self.operands or v not in env:
+                    continue
+                names = [m for m in last_reader if builder.value(m) == v] + [v]
+                if any(last_reader.get(m, -1) > k for m in names) or any(builder.value(o) == v for o in keep):
+                    continue
+                del env[v]
+                builder.forget(v)
             for key in [c for c in casts if last_reader.get(c[0], -1) <= k]:
                 del casts[key]
         self.last_plan = builder.plan

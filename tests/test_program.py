@@ -132,3 +132,23 @@ def test_program_options_reach_every_statement():
     assert prog.steps_run == 2 and not prog.last_plan.shared       # one nest each: nothing to share
     with pytest.raises(sc.FormatError, match="dict by output name"):
         sc.compile("y[i] = A[i,j] * x[j]; z[i] = y[i] * 2", out_format="csr")
+
+
+def test_a_dropped_value_is_not_shared_later():
+    # y is released after its last reader (statement 2); z equals y but comes later: it is
+    # computed again, not read from the released value
+    A = _mat(20, 20, 0.2, 14)
+    x = np.random.default_rng(15).random(20)
+    prog = sc.compile("y[i] = A[i,j] * x[j]; s = sum[i](y[i]); z[i] = A[i,j] * x[j]; t = sum[i](z[i] * z[i])",
+                      outputs=["s", "t"])
+    out = prog(A=A, x=x)
+    y = _dense(A) @ x
+    np.testing.assert_allclose(out["s"], y.sum())
+    np.testing.assert_allclose(out["t"], y @ y)
+    assert prog.steps_run == 4
+    # kept while a later statement reads it under a shared name
+    prog = sc.compile("y[i] = A[i,j] * x[j]; z[i] = A[i,j] * x[j]; s = sum[i](y[i]); t = sum[i](z[i] * z[i])",
+                      outputs=["s", "t"])
+    out = prog(A=A, x=x)
+    np.testing.assert_allclose(out["t"], y @ y)
+    assert prog.steps_run == 3

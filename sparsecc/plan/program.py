@@ -193,6 +193,11 @@ class Builder:
         self._by_key: dict[tuple, str] = {}
         self._alias: dict[str, str] = {}
 
+    def forget(self, value: str) -> None:
+        """``value`` is released: a later step equal to the one that made it runs again."""
+        for key in [key for key, v in self._by_key.items() if v == value]:
+            del self._by_key[key]
+
     def value(self, name: str) -> str:
         """The value a name holds (a shared step's output: the earlier step's)."""
         return self._alias.get(name, name)
