@@ -33,7 +33,7 @@ def _on_device(options: Options | None, device) -> Options | None:
 
 def compile(expr: str, *formats, options: Options | None = None, out_format=None, prune: bool = False,
             check: bool = True, semiring=None, autotune: bool = False, device: str | None = None,
-            optimize=True, **named_formats) -> Kernel:  # noqa: A001
+            optimize=True, outputs=None, **named_formats) -> Kernel:  # noqa: A001
     """Compile an expression into a reusable kernel.
 
     ``sc.compile("ij,j->i", "csr", "dense")`` (einsum subscripts: one format per operand, by
@@ -74,7 +74,13 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
             from the operands (contraction order, intermediates' formats; docs: Planning);
             ``"greedy"``/``"optimal"`` choose the search; a path in ``numpy.einsum``'s format
             (``[(1, 2), (0, 1)]``) fixes the order; ``False`` runs one loop nest.
+        outputs: A program only (several statements): the outputs a call returns (default:
+            every statement's); statements no output needs are not run.
         **named_formats (str | Format | list | None): Index notation only: formats by operand name (``A="csr"``).
+
+    Several statements (separated by newlines or ``;``) make a ``sparsecc.program.Program``:
+    a call returns a dict of outputs by name, a statement may read an earlier one's output,
+    and equal steps run once (docs: Planning, Programs).
 
     Returns:
         A callable kernel: ``k(A, x)`` or ``k(A=A, x=x)`` returns the result (a NumPy array or
@@ -94,6 +100,12 @@ def compile(expr: str, *formats, options: Options | None = None, out_format=None
             compiler crash; the Python process keeps running).
     """
     options = _on_device(options, device)
+    from .program import compile_program, is_program
+    if is_program(expr) or outputs is not None:
+        if autotune or semiring is not None or formats:
+            raise SparseccError("a program of several statements takes formats by input name (A='csr'); "
+                                "not autotune=, semiring= or formats by position")
+        return compile_program(expr, named_formats, options, out_format, prune, check, optimize, outputs)
     if autotune:
         if options is not None and options.device != "cpu":
             raise DeviceError("autotune=True explores formats on the CPU only; compile with explicit formats "
@@ -436,7 +448,9 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
             plan (docs: Planning) unless ``False``.
     Returns:
         result (numpy.ndarray | scipy.sparse.sparray): A NumPy array (dense results) or a
-            SciPy sparse array (sparse results).
+            SciPy sparse array (sparse results); for several statements (separated by
+            newlines or ``;``), a dict of every statement's output by name (docs: Planning,
+            Programs).
 
     Raises:
         ParseError: The expression or subscripts are malformed.
@@ -451,6 +465,12 @@ def evaluate(statement: str, *positional, formats=None, options: Options | None 
     """
     options = _on_device(options, device)
     optimize = check_optimize(optimize)
+    from .program import compile_program, is_program
+    if is_program(statement):
+        if formats is not None and not isinstance(formats, dict):
+            raise FormatError("a program of several statements takes formats as a dict by input name")
+        return compile_program(statement, formats, options, out_format, prune, check, optimize)(*positional,
+                                                                                                 **operands)
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
     if formats is None or isinstance(formats, dict):

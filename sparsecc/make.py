@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import FormatError, OperandError, SparseccError
+from .expr import Statement
 from .options import DEFAULT, Options
 from .parse import looks_like_notation, parse_einsum, parse_notation
 from . import dispatch
@@ -29,7 +30,7 @@ def _einsum_arity(subscripts: str) -> int:
 
 def make_kernel(expr: str, positional: tuple, named: dict, options: Options | None,
                 out_format=None, prune: bool = False, check: bool = True, semiring=None, optimize=True) -> Kernel:
-    """The ``Kernel`` for ``expr`` with formats ``positional`` (by position) and ``named`` (by
+    """The ``Kernel`` for ``expr`` (a string, or a parsed ``Statement``) with formats ``positional`` (by position) and ``named`` (by
     operand name, index notation only): the memoized one where the arguments hash."""
     options = DEFAULT if options is None else options
     if not isinstance(options, Options):
@@ -44,6 +45,17 @@ def make_kernel(expr: str, positional: tuple, named: dict, options: Options | No
     except TypeError:           # unhashable format objects: no memo
         key, k = None, None
     if k is not None:
+        return k
+    if isinstance(expr, Statement):       # a statement already parsed (a program's step)
+        if positional or semiring is not None:
+            raise SparseccError("a Statement takes formats by operand name and no semiring")
+        for name in named:
+            if name not in expr.operands:
+                raise FormatError(f"format given for {name!r}, which is not an operand of '{expr}'")
+        k = Kernel(expr, dict(named), options, source=str(expr), out_format=out_format, prune=prune, check=check)
+        dispatch.plan_calls(k, optimize)
+        if key is not None:
+            _kernels[key] = k
         return k
     if not isinstance(expr, str):
         raise SparseccError(f"an expression is a string, got {type(expr).__name__}")

@@ -9,12 +9,16 @@ compile and call path.
 * ``stats`` - operand statistics and estimates of an intermediate's stored entries;
 * ``cost`` - a step's cost in bytes moved and operations;
 * ``path`` - which statements may be reordered, and the contraction order;
-* ``plan`` - the :class:`Plan` and its :class:`Step` s, the fusion rules, formats.
+* ``plan`` - the :class:`Plan` and its :class:`Step` s, the fusion rules, formats;
+* ``program`` - a program's steps across statements (:class:`ProgramPlan`: shared steps once,
+  statements no output needs dropped).
 """
 
 from .path import DISTRIBUTIVE, Product, product_form
 from .plan import Plan, Step, check_optimize, make_plan, step_statement
+from .program import ProgramPlan, ProgramStep, canonical
 from .stats import TensorStats, degree_bound, estimate, of_operand, sampled_estimate, uniform_estimate
 
 __all__ = ["DISTRIBUTIVE", "Plan", "Product", "Step", "TensorStats", "check_optimize", "degree_bound", "estimate",
-           "make_plan", "of_operand", "product_form", "sampled_estimate", "step_statement", "uniform_estimate"]
+           "make_plan", "of_operand", "ProgramPlan", "ProgramStep", "canonical", "product_form", "sampled_estimate",
+           "step_statement", "uniform_estimate"]
