@@ -149,6 +149,24 @@ class PlannedKernel(Kernel):
             return single_plan(self.stmt, "dense", "one loop nest: operands other than NumPy/SciPy arrays")
         return self._plan_for(self._values(ops))
 
+    def steps_for(self, values):
+        """For front ends that run the steps themselves (``sparsecc.torch``'s autograd runs
+        each step as its own differentiable call): ``(plan, step kernels, result dtype)`` for
+        a call on ``values`` (NumPy/SciPy, operand order), or None where the call runs as one
+        nest (a one-step plan, an AOT kernel, other operand kinds).  Each step kernel takes
+        ``step.inputs`` (operands converted to the result dtype first, intermediates)."""
+        if self._library is not None or not all(_kind(x) for x in values):
+            return None
+        values = self._values(values)
+        plan = self._plan_for(values)
+        if plan.single:
+            return None
+        dtypes = tuple(x.dtype for x in values)
+        ready = self._runs.get((id(plan), dtypes))
+        if ready is None:
+            ready = self._runs[(id(plan), dtypes)] = self._prepare_run(plan, dtypes)
+        return plan, ready[0], ready[1]
+
     def _plan_for(self, values) -> Plan:
         key = _class_key(values)
         plan = self._plans.get(key)

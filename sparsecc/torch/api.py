@@ -230,6 +230,62 @@ class _FirstOrder(torch.autograd.Function):
             "with create_graph=True cannot be differentiated again (docs/torch.md)")
 
 
+class _ApplyPlan(torch.autograd.Function):
+    """A planned kernel's call (sparsecc/planned.py): its steps run forward as compiled
+    kernels; backward walks them in reverse, each step's gradients by its own compiled
+    adjoints (``autodiff.vjp`` of the step kernel), an intermediate's gradient the cotangent
+    of the step that made it - never the one nest's adjoints over every index."""
+
+    @staticmethod
+    def forward(ctx, steps, operands, *tensors):
+        plan, kernels, out_dtype, names = steps
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
+        ctx.plan, ctx.kernels, ctx.tensors, ctx.names = plan, kernels, tensors, names
+        env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in zip(ctx.names, operands)}
+        for step, k in zip(plan.steps, kernels):
+            env[step.output] = k(*[env[n] for n in step.inputs])
+        ctx.env, ctx.operands = env, operands
+        return from_sparsecc(env[plan.steps[-1].output])
+
+    @staticmethod
+    def backward(ctx, gout):
+        ctx.saved_tensors                       # noqa: B018 - raises if an operand changed in place
+        if gout is None:
+            return (None,) * (2 + len(ctx.tensors))
+        plan, env, names = ctx.plan, ctx.env, ctx.names
+        need = {n for n, b in zip(names, ctx.needs_input_grad[2:]) if b}
+        for step in plan.steps:                 # an intermediate needs a gradient where a leaf below does
+            if any(n in need for n in step.inputs):
+                need.add(step.output)
+        cots = {plan.steps[-1].output: to_sparsecc(gout, "the output gradient")}
+        for step, k in zip(reversed(plan.steps), reversed(ctx.kernels)):
+            if step.output not in need or step.output not in cots:
+                continue
+            wrt = {p for p, n in enumerate(step.inputs) if n in need}
+            gs = autodiff.vjp(k, cots.pop(step.output), *[env[n] for n in step.inputs], wrt=wrt,
+                              result=env[step.output], conjugate=True)
+            for p, g in enumerate(gs):
+                if p in wrt and g is not None:
+                    n = step.inputs[p]
+                    cots[n] = g if n not in cots else cots[n] + g
+        out = [None, None]
+        for n, t, x in zip(names, ctx.tensors, ctx.operands):
+            g = cots.get(n)
+            if g is None or not isinstance(t, torch.Tensor):
+                out.append(None)
+                continue
+            if np.dtype(g.dtype) != x.dtype:      # the operand was converted to the result's dtype
+                g = g.real if np.dtype(x.dtype).kind != "c" and np.dtype(g.dtype).kind == "c" else g
+                g = g.astype(x.dtype)
+            out.append(_grad_tensor(t, g))
+        if torch.is_grad_enabled():             # create_graph=True: the gradients are not differentiable
+            inputs = [x for x in (gout, *ctx.tensors) if isinstance(x, torch.Tensor) and x.requires_grad]
+            if inputs:
+                out = [g if g is None else _FirstOrder.apply(g, *inputs) for g in out]
+        return tuple(out)
+
+
 def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
     """Gradient ``g`` (NumPy, or SciPy on t's pattern) as a tensor of t's layout and pattern."""
     if not sp.issparse(g):
@@ -256,6 +312,9 @@ def _run(kernel, args: list, whats: list):
     operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
     if not grad:
         return from_sparsecc(kernel(*operands))
+    steps = kernel.steps_for(operands) if hasattr(kernel, "steps_for") else None
+    if steps is not None:                       # planned: gradients through each step
+        return _ApplyPlan.apply((*steps, kernel.stmt.operands), operands, *args)
     return _Apply.apply(kernel, operands, *args)
 
 
@@ -289,7 +348,7 @@ def _expand_ellipsis(subscripts: str, operands, grad: bool):
     return expr
 
 
-def _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring):
+def _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring, optimize=True):
     """``sc.einsum`` on the tensors, without autograd (ellipsis and size-1 broadcasting)."""
     sync_threads()
     fm = formats if formats is not None else (None,) * len(operands)
@@ -297,7 +356,7 @@ def _plain_einsum(subscripts, operands, formats, options, out_format, prune, che
     return from_sparsecc(sc.einsum(subscripts, *[to_sparsecc(t, f"operand {k}") for k, t in enumerate(operands)],
                                    formats=fm if any(f is not None for f in fm) else None, options=options,
                                    out_format=out_format, prune=prune, check=check, semiring=semiring,
-                                   device="cuda" if any(_on_cuda(t) for t in operands) else None))
+                                   optimize=optimize, device="cuda" if any(_on_cuda(t) for t in operands) else None))
 
 
 class TorchKernel:
@@ -309,7 +368,7 @@ class TorchKernel:
     an ellipsis get one kernel per operand ranks: each call spells the ellipsis out first
     (so gradients name every index)."""
 
-    def __init__(self, expr, formats, named, options, out_format, prune, check, semiring):
+    def __init__(self, expr, formats, named, options, out_format, prune, check, semiring, optimize=True):
         if not isinstance(expr, str):
             raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
         self.source = expr
@@ -317,6 +376,7 @@ class TorchKernel:
         self._formats, self._named = tuple(formats), dict(named)
         self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)
         self._semiring = semiring
+        self._optimize = optimize
         self._ellipsis = not self._notation and "." in expr
         self._expanded: dict = {}
         if self._ellipsis:                      # the kernel depends on the operands' ranks
@@ -335,11 +395,11 @@ class TorchKernel:
         if k is None:
             k = self._expanded[expr] = TorchKernel(expr, self._formats, self._named, self._kw["options"],
                                                    self._kw["out_format"], self._kw["prune"],
-                                                   self._kw["check"], self._semiring)
+                                                   self._kw["check"], self._semiring, self._optimize)
         return k
 
     def _sc_kernel(self, args):
-        kw = self._kw
+        kw = dict(self._kw, optimize=self._optimize)
         if args is not None and any(_on_cuda(t) for t in args):
             kw = dict(kw, device="cuda")        # CUDA tensors: the GPU kernel, no copies
         if self._notation:
@@ -371,7 +431,8 @@ class TorchKernel:
                 raise OperandError(f"einsum kernels take operands by position, got keyword(s) {', '.join(kwargs)}")
             k = self._family(args)
             if k is None:
-                return _plain_einsum(self.source, args, self._formats or None, semiring=self._semiring, **self._kw)
+                return _plain_einsum(self.source, args, self._formats or None, semiring=self._semiring,
+                                     optimize=self._optimize, **self._kw)
             self.last = k
             return k(*args)
         ops = self._bind(args, kwargs)
@@ -413,14 +474,15 @@ def _what(name: str) -> str:
 
 
 def compile(expr: str, *formats, options=None, out_format=None, prune: bool = False,  # noqa: A001
-            check: bool = True, semiring=None, **named_formats) -> TorchKernel:
-    """``sc.compile`` for torch tensors: a :class:`TorchKernel`."""
-    return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring)
+            check: bool = True, semiring=None, optimize=True, **named_formats) -> TorchKernel:
+    """``sc.compile`` for torch tensors: a :class:`TorchKernel` (``optimize=``: as
+    ``sc.compile``'s; a planned call's gradients run through each step)."""
+    return TorchKernel(expr, formats, named_formats, options, out_format, prune, check, semiring, optimize)
 
 
 @_eager
 def einsum(subscripts, *operands, formats=None, options=None, out_format=None, prune: bool = False,
-           check: bool = True, semiring=None):
+           check: bool = True, semiring=None, optimize=True):
     """``sc.einsum`` on torch tensors; differentiable (an ellipsis is spelled out from the
     operands' ranks first; no size-1 broadcasting then)."""
     if not isinstance(subscripts, str):
@@ -435,23 +497,24 @@ def einsum(subscripts, *operands, formats=None, options=None, out_format=None, p
         # spelled out from the operands' ranks, so the adjoints name every index
         expanded = _expand_ellipsis(subscripts, operands, _needs_grad(operands))
         if expanded is None:            # size-1 broadcasting, no gradient needed
-            return _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring)
+            return _plain_einsum(subscripts, operands, formats, options, out_format, prune, check, semiring,
+                                 optimize)
         subscripts = expanded
     if formats is not None and len(formats) != len(operands):
         raise OperandError(f"formats names {len(formats)} format(s) for {len(operands)} operand(s)")
-    k = TorchKernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring)
+    k = TorchKernel(subscripts, formats or (), {}, options, out_format, prune, check, semiring, optimize)
     return k(*operands)
 
 
 @_eager
 def evaluate(statement: str, *positional, formats=None, options=None, out_format=None, prune: bool = False,
-             check: bool = True, **operands):
+             check: bool = True, optimize=True, **operands):
     """``sc.evaluate`` on torch tensors (differentiable for product statements)."""
     if not (isinstance(statement, str) and looks_like_notation(statement)):
         raise SparseccError(f"evaluate takes a statement like 'y[i] = A[i,j] * x[j]', got {statement!r}")
     if formats is None or isinstance(formats, dict):
         return TorchKernel(statement, (), dict(formats or {}), options, out_format, prune, check,
-                           None)(*positional, **operands)
+                           None, optimize)(*positional, **operands)
     if isinstance(formats, (str, Format)) or not hasattr(formats, "__iter__"):
         raise FormatError(f"formats is a dict by operand name or a sequence in operand order, got {formats!r}")
     names = parse_notation(statement).operands
@@ -459,5 +522,6 @@ def evaluate(statement: str, *positional, formats=None, options=None, out_format
     if len(formats) != len(names):
         raise OperandError(f"formats names {len(formats)} format(s), but '{statement}' has {len(names)} "
                            f"operand(s) ({', '.join(names)}); or pass a dict by name")
-    return TorchKernel(statement, formats, {}, options, out_format, prune, check, None)(*positional, **operands)
+    return TorchKernel(statement, formats, {}, options, out_format, prune, check, None,
+                       optimize)(*positional, **operands)
 
