@@ -26,6 +26,7 @@ its ``run``, a class of its own so that two-operand kernels keep their exact cal
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -72,6 +73,7 @@ def attach(kernel: Kernel, optimize) -> None:
     kernel._plans = {}
     kernel._runs = {}
     kernel._last_plan = None
+    kernel._last_sizes = None
     kernel._last_steps = ()
     kernel._planned_last = False
     kernel.__class__ = PlannedKernel
@@ -108,6 +110,7 @@ class PlannedKernel(Kernel):
 
     def __call__(self, *args, **kwargs):
         self._planned_last = False
+        self._last_plan = None
         ops = args
         if kwargs or len(args) != len(self.stmt.operands) or not self.stmt.operands[0].startswith("#"):
             ops = self.bind(*args, **kwargs)
@@ -123,7 +126,9 @@ class PlannedKernel(Kernel):
         if plan is None:
             plan = self._plan_for(ops)
         if plan.single:
-            return _call.call(self, *ops)
+            out = _call.call(self, *ops)
+            self._last_plan, self._last_sizes = plan, [_stored(out)]
+            return out
         return self._run(plan, ops)
 
     def last_formats(self):
@@ -237,8 +242,21 @@ class PlannedKernel(Kernel):
             env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in env.items()}
         for step, k in zip(plan.steps, kernels):
             env[step.output] = k(*[env[n] for n in step.inputs])
-        self._last_plan, self._last_steps, self._planned_last = plan, kernels, True
+        self._record(plan, kernels, env)
         return env[plan.steps[-1].output]
+
+    def _record(self, plan: Plan, kernels, env) -> None:
+        """Keep a planned call's plan, step kernels and each step's stored entries."""
+        self._last_plan, self._last_steps, self._planned_last = plan, kernels, True
+        self._last_sizes = [_stored(env[s.output]) for s in plan.steps]
+
+    @property
+    def last_plan(self) -> Plan | None:
+        """The plan the last planned call ran, with the entries each step's result actually
+        stored beside its estimate (``str(k.last_plan)``); None before a planned call."""
+        if self._last_plan is None:
+            return None
+        return dataclasses.replace(self._last_plan, actual=tuple(self._last_sizes))
 
     def _prepare_run(self, plan: Plan, dtypes) -> tuple:
         """The step kernels of ``plan`` for operands of ``dtypes``, the result's dtype, and
@@ -268,6 +286,11 @@ class PlannedKernel(Kernel):
         if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= len(steps):
             raise SparseccError(f"step={step!r}: the last plan has steps 1..{len(steps)}")
         return steps[step - 1].ir(stage)
+
+
+def _stored(x) -> int:
+    """The entries ``x`` stores (a dense array: every element; a scalar: 1)."""
+    return int(x.nnz) if sp.issparse(x) else int(np.size(x))
 
 
 def _step_kernel(step, fmts, out_format, options, prune, check) -> Kernel:

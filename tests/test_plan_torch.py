@@ -89,6 +89,8 @@ def test_sparse_chain_gradcheck_masked():
     f = sct.compile("ij,jk,kl->il", optimize=[(0, 1), (0, 1)])
     out = f(A, B, C)
     assert len(f.last.plan(*[sct.to_sparsecc(t) for t in (A, B, C)]).steps) == 2
+    Ad, Bd = (sct.to_sparsecc(t.detach()) for t in (A, B))
+    assert f.last.last_plan.actual[0] == (Ad @ Bd).nnz    # the autograd call records its steps too
     gout = _dense(tuple(out.shape), 11)
     out.to_dense().backward(gout) if out.layout != torch.strided else out.backward(gout)
     _, grads = _oracle_grads("ij,jk,kl->il", [A, B, C], gout)

@@ -74,7 +74,8 @@ class Plan:
     """The steps of a statement (see the module docstring).  ``path``: the tree in numpy's
     path format (``optimize=`` takes it back); ``reason``: why this plan; ``seconds`` and
     ``single_seconds``: the estimated costs of the plan and of the one loop nest (None:
-    not estimated)."""
+    not estimated); ``actual``: the entries each step's result stored in a call that ran
+    the plan (``Kernel.last_plan``; None: not run - a dense result stores every element)."""
 
     statement: Statement
     steps: tuple[Step, ...]
@@ -82,6 +83,7 @@ class Plan:
     reason: str
     seconds: float | None = None
     single_seconds: float | None = None
+    actual: tuple[int, ...] | None = None
 
     @property
     def single(self) -> bool:
@@ -110,6 +112,8 @@ class Plan:
                 if vol:
                     pct = 100 * s.entries / vol
                     size += (f" ({pct:.0f}%)" if pct >= 10 else f" ({pct:.2g}%)") if s.indices else ""
+            if self.actual is not None:
+                size += f", actual {self.actual[n - 1]:,}"
             lines.append(f"  {n}. {s.text.ljust(width)}  {s.subscripts:<14} {s.format:<6} {size}"
                          + (f"  est. {ms(s.seconds)}" if s.seconds is not None else ""))
         return "\n".join(lines)

@@ -238,13 +238,14 @@ class _ApplyPlan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, steps, operands, *tensors):
-        plan, kernels, out_dtype, names = steps
+        plan, kernels, out_dtype, names, planned = steps
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*[t for t in tensors if isinstance(t, torch.Tensor)])
         ctx.plan, ctx.kernels, ctx.tensors, ctx.names = plan, kernels, tensors, names
         env = {n: (x if x.dtype == out_dtype else x.astype(out_dtype)) for n, x in zip(ctx.names, operands)}
         for step, k in zip(plan.steps, kernels):
             env[step.output] = k(*[env[n] for n in step.inputs])
+        planned._record(plan, kernels, env)     # k.last_plan, k.ir(step=): as an untracked call's
         ctx.env, ctx.operands = env, operands
         return from_sparsecc(env[plan.steps[-1].output])
 
@@ -314,7 +315,7 @@ def _run(kernel, args: list, whats: list):
         return from_sparsecc(kernel(*operands))
     steps = kernel.steps_for(operands) if hasattr(kernel, "steps_for") else None
     if steps is not None:                       # planned: gradients through each step
-        return _ApplyPlan.apply((*steps, kernel.stmt.operands), operands, *args)
+        return _ApplyPlan.apply((*steps, kernel.stmt.operands, kernel), operands, *args)
     return _Apply.apply(kernel, operands, *args)
 
 
