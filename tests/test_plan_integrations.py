@@ -42,3 +42,32 @@ def test_last_plan_dense_steps_and_single_plan():
     one = sc.compile("ij,jk,k->i", optimize=[(0, 1, 2)])
     one(A, B, x)
     assert one.last_plan.single and one.last_plan.actual == (N,)
+
+
+# ------------------------------------------------------------------------------ Dask
+def test_dask_operands_run_the_one_nest_blockwise():
+    # a planned kernel's call with a Dask operand goes to the Dask front end, whose workers
+    # run the statement's one nest on each block (docs/planning.md, Integrations)
+    da = pytest.importorskip("dask.array")
+    k = sc.compile("ij,jk,k->i")
+    r = k(A, B, da.from_array(x, chunks=N // 4))
+    assert k.last_plan is None                            # nothing planned for this call
+    np.testing.assert_allclose(np.asarray(r.compute()), A @ (B @ x))
+    np.testing.assert_allclose(k(A, B, x), A @ (B @ x))   # in memory: planned again
+    assert k.last_plan is not None
+
+
+# ------------------------------------------------------------------------------- AOT
+def test_aot_build_of_a_planned_expression_builds_its_one_nest(tmp_path):
+    # sc.aot.build compiles a kernel's one nest (docs/aot.md): a library holds no plan
+    # (plans depend on the operands' statistics, a library serves every call)
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense")
+    try:
+        sc.aot.build("planned3", {"chain": k}, str(tmp_path))
+    except sc.SparseccError as err:
+        if "C compiler" in str(err):
+            pytest.skip(str(err))
+        raise
+    lib = sc.aot.load(str(tmp_path))
+    np.testing.assert_allclose(lib.chain(A, B, x), A @ (B @ x))
+    np.testing.assert_allclose(lib.chain(A, B, 2 * x), A @ (B @ (2 * x)))
