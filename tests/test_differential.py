@@ -33,7 +33,7 @@ import pytest
 import scipy.sparse as sp
 
 SEED = int(os.environ.get("SPARSECC_DIFF_SEED", "0"))
-CI_CASES = 80
+CI_CASES = 48
 LONG_CASES = int(os.environ.get("SPARSECC_DIFF_CASES", "2000"))
 FORMATS = ["csr", "csc", "coo", "dcsr", "dcsc", "bsr2x2", "dense"]
 M, N = 6, 4                 # BSR 2x2 tiles it; row EMPTY of every sparse operand stores nothing
