@@ -107,12 +107,22 @@ class LazyArray:
     def min(self, axis=None, keepdims=False): return min(self, axis=axis, keepdims=keepdims)
     def mean(self, axis=None, keepdims=False): return mean(self, axis=axis, keepdims=keepdims)
     def prod(self, axis=None, keepdims=False): return prod(self, axis=axis, keepdims=keepdims)
+    def argmax(self, axis=None, keepdims=False): return _structure().argmax(self, axis=axis, keepdims=keepdims)
+    def argmin(self, axis=None, keepdims=False): return _structure().argmin(self, axis=axis, keepdims=keepdims)
+    def astype(self, dtype, copy=True): return _structure().astype(self, dtype)
+    def reshape(self, *shape): return _structure().reshape(self, shape[0] if len(shape) == 1 else shape)
+    def __getitem__(self, key): return _structure().getitem(self, key)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fn = _UFUNCS.get(ufunc.__name__)
         if method != "__call__" or fn is None or kwargs:
             return NotImplemented
         return fn(*inputs)
+
+
+def _structure():
+    """``structure`` (it imports this module)."""
+    return importlib.import_module(".structure", __package__)
 
 
 # ---------------------------------------------------------------------- building

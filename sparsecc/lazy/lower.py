@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SparseccError
-from ..expr import Access, Binary, Const, Dense, Reduce, Statement, Stored, Unary, Where, accesses, fold
+from ..expr import Access, Binary, Const, Dense, Index, Reduce, Statement, Stored, Unary, Where, accesses, fold
 from ..program import Program
 from .core import _LETTERS, LazyArray, _from_torch, _is_torch, _placeholder, lazy, torch_api
 
@@ -67,7 +67,7 @@ class _Lowering:
         return out
 
     def _materialize(self, n) -> bool:
-        if n.kind == "leaf":
+        if n.kind in ("leaf", "index"):
             return False
         if id(n) in self._out_ids:
             return True
@@ -125,6 +125,8 @@ class _Lowering:
         k = n.kind
         if k == "leaf":
             return Access(self.leaves[id(n)], idx)
+        if k == "index":                   # the position along axis n.op (argmax)
+            return Index(idx[n.op])
         if k == "unary":
             return Unary(n.op, self._expr(n.kids[0], idx, fresh))
         if k in ("binary", "where"):
@@ -212,8 +214,14 @@ class _Compiled:
         self.leaves = [(low.leaves[id(n)], n) for n in low.leaf_nodes]
         self.torch = builtins.any(n.torch for n in low.leaf_nodes)
         wanted = tuple(dict.fromkeys(name for name, _ in self.outs))
-        formats = None if out_format is None else {n: out_format for n in wanted}
-        key = (self.program_key, wanted, out_format)
+        if out_format is None:
+            # a value NumPy would hold dense stays dense (a slice or reshape of a dense
+            # array reads it through sparse selections, whose product the rules make sparse)
+            dense = {low.names[low.reshape[id(o)][0]] for o in outputs if not o.sparse and o.ndim}
+            formats = {n: "dense" for n in wanted if n in dense} or None
+        else:
+            formats = {n: out_format for n in wanted}
+        key = (self.program_key, wanted, out_format if out_format is not None else tuple(sorted(formats or ())))
         prog = _PROGRAMS.get(key)
         if prog is None:
             prog = Program(low.statements, outputs=wanted, out_format=formats)
