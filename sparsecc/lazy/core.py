@@ -111,7 +111,9 @@ class LazyArray:
     def argmin(self, axis=None, keepdims=False): return _structure().argmin(self, axis=axis, keepdims=keepdims)
     def astype(self, dtype, copy=True): return _structure().astype(self, dtype)
     def reshape(self, *shape): return _structure().reshape(self, shape[0] if len(shape) == 1 else shape)
-    def __getitem__(self, key): return _structure().getitem(self, key)
+    def __getitem__(self, key):
+        ix = _indices()
+        return ix.Indexed.access(self, key) if ix.is_index_key(key) else _structure().getitem(self, key)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fn = _UFUNCS.get(ufunc.__name__)
@@ -125,12 +127,23 @@ def _structure():
     return importlib.import_module(".structure", __package__)
 
 
+def _indices():
+    """``indices`` (index objects; it imports this module)."""
+    return importlib.import_module(".indices", __package__)
+
+
+def _indexed(*xs) -> bool:
+    return builtins.any(getattr(x, "_sc_indexed", False) for x in xs)
+
+
 # ---------------------------------------------------------------------- building
 def lazy(x) -> LazyArray:
     """``sc.lazy(x)``: a NumPy array, a SciPy sparse array/matrix, or a NumPy 0-d value as a
     lazy operand (a LazyArray stays itself)."""
     if isinstance(x, LazyArray):
         return x
+    if _indexed(x):                     # an indexed expression (sc.indices): its free indices in order
+        return x.lazy()
     if _is_torch(x):
         node = lazy(_from_torch(x))
         node.torch = True
@@ -215,6 +228,8 @@ def _broadcast_shape(shapes, what) -> tuple:
 
 
 def _unary(fn: str, x) -> LazyArray:
+    if _indexed(x):
+        return _indices().apply_unary(fn, x)
     x = _operand(x)
     if isinstance(x, Const):
         return fold(Unary(fn, x)).value
@@ -222,6 +237,8 @@ def _unary(fn: str, x) -> LazyArray:
 
 
 def _binary(op: str, a, b) -> LazyArray:
+    if _indexed(a, b):
+        return _indices()._product(a, b) if op == "*" else _indices().apply_binary(op, a, b)
     a, b = _operand(a), _operand(b)
     kids = [a, b]
     shape = _broadcast_shape([k.shape for k in kids if isinstance(k, LazyArray)], f"'{op}'")
@@ -231,6 +248,8 @@ def _binary(op: str, a, b) -> LazyArray:
 
 def where(cond, x1, x2) -> LazyArray:
     """``numpy.where(cond, x1, x2)``."""
+    if _indexed(cond, x1, x2):
+        return _indices().apply_where(cond, x1, x2)
     kids = [_operand(cond), _operand(x1), _operand(x2)]
     shape = _broadcast_shape([k.shape for k in kids if isinstance(k, LazyArray)], "where")
     return LazyArray("where", None, kids, shape, _result_dtype(lambda c, a, b: np.where(c, a, b), kids),
@@ -382,8 +401,14 @@ def _keep(node: LazyArray, x: LazyArray, axes, keepdims) -> LazyArray:
     return LazyArray("keep", tuple(axes), (node,), shape, node.dtype, node.sparse)
 
 
-def sum(x, axis=None, keepdims=False) -> LazyArray:      # noqa: A001
-    """``numpy.sum(x, axis=, keepdims=)`` (every entry; unstored ones are zeros)."""
+def sum(x, axis=None, keepdims=False, over=None) -> LazyArray:      # noqa: A001
+    """``numpy.sum(x, axis=, keepdims=)`` (every entry; unstored ones are zeros); of an
+    indexed expression (``sc.indices``), ``over=``: the index or indices summed."""
+    if _indexed(x) or over is not None:
+        if not _indexed(x) or axis is not None or keepdims:
+            raise SparseccError(f"{_where_called()}: sum(..., over=) sums an indexed expression (A[i, j] * x[j]) "
+                                f"over index objects; axis=/keepdims= are for arrays")
+        return _indices().reduce_sum(x, over)
     x = lazy(x)
     axes = _axes(x, axis)
     labels = tuple(_LETTERS[k] for k in range(x.ndim))

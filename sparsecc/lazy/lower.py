@@ -298,7 +298,7 @@ def fused(fn):
             traced = [_placeholder(a, k) if kk[0] == "array" else a for k, (a, kk) in enumerate(zip(args, key))]
             result = fn(*traced)
             single = not isinstance(result, (tuple, list))
-            outs = [result] if single else list(result)
+            outs = [lazy(o) if getattr(o, "_sc_indexed", False) else o for o in ([result] if single else result)]
             for o in outs:
                 if not isinstance(o, LazyArray):
                     raise SparseccError(f"@sc.fused {fn.__name__} returned {type(o).__name__}; it must return lazy "
