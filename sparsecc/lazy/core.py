@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from ..errors import OperandError, ShapeError, SparseccError
 from ..expr import BINARY, UNARY, Const, Unary, fold
+from ..runtime.pydata import is_pydata, to_scipy
 
 _SCALARS = (bool, int, float, complex, np.generic)
 #: index labels of reductions' terms
@@ -36,7 +37,7 @@ class LazyArray:
     ``dtype``.  Build it with ``sc.lazy(x)`` and the operators / ``sc.lazy`` functions;
     ``sc.compute`` computes it."""
 
-    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "torch", "__weakref__")
+    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "torch", "pydata", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, kind, op, kids, shape, dtype, sparse=False, value=None):
@@ -44,6 +45,8 @@ class LazyArray:
         self.shape, self.dtype, self.sparse, self.value = tuple(shape), np.dtype(dtype), sparse, value
         #: a torch operand (leaves): results of a computation reading one are torch tensors
         self.torch = False
+        #: a pydata/sparse operand (leaves): sparse results are pydata COO arrays
+        self.pydata = False
 
     # ---------------------------------------------------------------- NumPy look
     @property
@@ -148,6 +151,10 @@ def lazy(x) -> LazyArray:
         node = lazy(_from_torch(x))
         node.torch = True
         return node
+    if is_pydata(x):                    # COO/GCXS over its buffers (SciPy arrays; no copy)
+        node = lazy(to_scipy(x, "a sc.lazy operand"))
+        node.pydata = True
+        return node
     if sp.issparse(x):
         if x.format not in ("csr", "csc", "coo"):
             x = x.tocsr()
@@ -158,7 +165,8 @@ def lazy(x) -> LazyArray:
     if hasattr(x, "__array__") and not isinstance(x, _SCALARS):
         x = np.asarray(x)
         return LazyArray("leaf", None, (), x.shape, x.dtype, False, x)
-    raise OperandError(f"sc.lazy takes a NumPy array or a SciPy sparse array, got {type(x).__name__}")
+    raise OperandError(f"sc.lazy takes a NumPy array, a SciPy or pydata/sparse array or a torch tensor, got "
+                       f"{type(x).__name__}")
 
 
 asarray = lazy
@@ -187,7 +195,7 @@ def torch_api():
 def _placeholder(x, slot: int) -> LazyArray:
     node = lazy(x)
     out = LazyArray("leaf", slot, (), node.shape, node.dtype, node.sparse, None)
-    out.torch = node.torch
+    out.torch, out.pydata = node.torch, node.pydata
     return out
 
 

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from ..errors import SparseccError
 from ..expr import Access, Binary, Const, Dense, Index, Reduce, Statement, Stored, Unary, Where, accesses, fold
 from ..program import Program
+from ..runtime.pydata import is_pydata, to_scipy
 from .core import _LETTERS, LazyArray, _from_torch, _is_torch, _placeholder, lazy, torch_api
 
 
@@ -213,6 +214,7 @@ class _Compiled:
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
         self.leaves = [(low.leaves[id(n)], n) for n in low.leaf_nodes]
         self.torch = builtins.any(n.torch for n in low.leaf_nodes)
+        self.pydata = builtins.any(n.pydata for n in low.leaf_nodes)
         wanted = tuple(dict.fromkeys(name for name, _ in self.outs))
         if out_format is None:
             # a value NumPy would hold dense stays dense (a slice or reshape of a dense
@@ -236,7 +238,8 @@ class _Compiled:
         env = {}
         for name, n in self.leaves:
             if n.value is None:
-                env[name] = _from_torch(args[n.op]) if n.torch else args[n.op]
+                a = args[n.op]
+                env[name] = _from_torch(a) if n.torch else to_scipy(a, "an argument") if n.pydata else a
             else:
                 env[name] = n.value
         needed = set(self.program.operands)
@@ -249,7 +252,16 @@ class _Compiled:
             res.append(r)
         if self.torch:                 # torch in, torch out
             res = [torch_api().from_sparsecc(r) for r in res]
+        elif self.pydata:              # pydata in: sparse results as pydata COO arrays
+            res = [_to_pydata(r) if sp.issparse(r) else r for r in res]
         return res
+
+
+def _to_pydata(r):
+    import sparse                       # a pydata operand was given: the package is there
+    c = r.tocoo()
+    return sparse.COO(np.vstack(c.coords) if c.nnz else np.zeros((c.ndim, 0), np.int64), c.data, shape=c.shape,
+                      has_duplicates=False)
 
 
 def compute(*lazies, format=None):     # noqa: A002
@@ -273,6 +285,8 @@ def _arg_key(a):
         return ("array", "torch", a.layout, a.dtype, tuple(a.shape))
     if sp.issparse(a):
         return ("array", type(a), a.dtype, a.shape)
+    if is_pydata(a):
+        return ("array", type(a), getattr(a, "compressed_axes", None), a.dtype, tuple(a.shape))
     if isinstance(a, (np.ndarray, np.generic)):
         return ("array", np.ndarray, a.dtype, np.shape(a))
     try:
