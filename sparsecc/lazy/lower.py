@@ -81,7 +81,7 @@ class _Lowering:
         # element-wise: its own statement where a product of several arrays reads it and it is
         # no product itself (the planner orders products; a sum of one chain stays one nest)
         products = [r for r in readers if r.kind == "contract"
-                    and builtins.sum(isinstance(k, LazyArray) for k in r.kids) > 1]
+                    and builtins.sum(isinstance(k, LazyArray) and k.op != "select" for k in r.kids) > 1]
         return bool(products) and not self._is_factor(n)
 
     def _is_factor(self, n) -> bool:

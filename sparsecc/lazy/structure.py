@@ -52,6 +52,14 @@ def _selection(rows: np.ndarray, n: int) -> sp.csr_array:
     return sp.csr_array((np.ones(m, bool), rows.astype(np.int64), np.arange(m + 1, dtype=np.int64)), shape=(m, n))
 
 
+def _selection_leaf(rows: np.ndarray, n: int) -> LazyArray:
+    """The selection as a leaf marked ``op="select"``: the lowering inlines a chain it reads
+    (one entry per row: the chain is computed once per selected entry)."""
+    leaf = lazy(_selection(rows, n))
+    leaf.op = "select"
+    return leaf
+
+
 def _select(x: LazyArray, picks: dict, what: str) -> LazyArray:
     """``x`` with axis ``a`` read at ``picks[a]`` (an index array; one output axis each)."""
     if not picks:
@@ -62,7 +70,7 @@ def _select(x: LazyArray, picks: dict, what: str) -> LazyArray:
     for a, rows in picks.items():
         out[a] = f"q{a}"
         terms.append((out[a], labels[a]))
-        kids.append(lazy(_selection(rows, x.shape[a])))
+        kids.append(_selection_leaf(rows, x.shape[a]))
     node = _contract(terms + [tuple(labels)], tuple(out), kids + [x], what)
     node.sparse = x.sparse              # selections do not make a dense value sparse
     return node
@@ -72,13 +80,18 @@ def getitem(x: LazyArray, key) -> LazyArray:
     """Basic indexing: integers, slices (any step), ``...`` and ``None``; other keys (arrays,
     masks) are refused."""
     key = key if isinstance(key, tuple) else (key,)
+    for k in key:
+        if not (k is None or k is Ellipsis or isinstance(k, slice) or
+                isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))):
+            raise SparseccError(f"{_where_called(3)}: lazy arrays take basic indexing (integers, slices, ..., "
+                                f"None), not {type(k).__name__}")
     if builtins.sum(k is Ellipsis for k in key) > 1:
         raise ShapeError(f"{_where_called(3)}: an index can only have a single ellipsis ('...')")
     used = builtins.sum(k is not None and k is not Ellipsis for k in key)
     if used > x.ndim:
         raise ShapeError(f"{_where_called(3)}: too many indices for a lazy array of shape {x.shape}: {used}")
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
+    if builtins.any(k is Ellipsis for k in key):
+        at = [k is Ellipsis for k in key].index(True)
         key = key[:at] + (slice(None),) * (x.ndim - used) + key[at + 1:]
     else:
         key = key + (slice(None),) * (x.ndim - used)
@@ -94,15 +107,12 @@ def getitem(x: LazyArray, key) -> LazyArray:
             if len(rows) != n or (n and (rows != np.arange(n)).any()):
                 picks[axis] = rows
             pos += 1
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+        else:
             i = operator.index(k)
             if not -n <= i < n:
                 raise ShapeError(f"{_where_called(3)}: index {i} is out of bounds for axis {axis} with size {n}")
             picks[axis] = np.array([i % n])
             drop.append(axis)
-        else:
-            raise SparseccError(f"{_where_called(3)}: lazy arrays take basic indexing (integers, slices, ..., None), "
-                                f"not {type(k).__name__}")
         axis += 1
     out = _select(x, picks, "indexing")
     if drop:
@@ -150,13 +160,13 @@ def reshape(x, shape, copy=None) -> LazyArray:
     else:
         for a, d in enumerate(_digits(size, x.shape)):
             terms.append(("f", labels_in[a]))
-            kids.append(lazy(_selection(d, x.shape[a])))
+            kids.append(_selection_leaf(d, x.shape[a]))
     if len(shape) == 1:
         labels_out = ["f"]
     else:
         for b, d in enumerate(_digits(size, shape)):
             terms.append(("f", labels_out[b]))
-            kids.append(lazy(_selection(d, shape[b])))
+            kids.append(_selection_leaf(d, shape[b]))
     node = _contract(terms + [tuple(labels_in)], tuple(labels_out), kids + [x], "reshape")
     node.sparse = x.sparse
     return node
@@ -173,7 +183,7 @@ def _arg(op: str, x, axis, keepdims) -> LazyArray:
     if axis is not None and not isinstance(axis, (int, np.integer)):
         raise ShapeError(f"{_where_called(3)}: arg{op} takes one axis or None, got {axis!r}")
     axes = _axes(x, axis)
-    if x.size == 0 or builtins.any(x.shape[a] == 0 for a in axes):
+    if builtins.any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"{_where_called(3)}: arg{op} of an empty axis (NumPy refuses it too)")
     if x.dtype.kind == "c":
         raise DTypeError(f"{_where_called(3)}: arg{op} of complex values is not supported")
