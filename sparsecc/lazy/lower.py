@@ -208,7 +208,10 @@ _PROGRAMS: dict = {}
 class _Compiled:
     """A lowered DAG: its program and how to feed it."""
 
-    def __init__(self, outputs, out_format=None):
+    def __init__(self, outputs, out_format=None, cached=False):
+        #: ``cached``: held by @sc.fused for one trace key, so later calls may replay the
+        #: first call's steps (``Program.replay``: no per-call plan where none depends on values)
+        self.cached, self.replay = cached, None
         low = _Lowering(outputs).lower()
         self.program_key = tuple(low.statements)
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
@@ -243,7 +246,13 @@ class _Compiled:
             else:
                 env[name] = n.value
         needed = set(self.program.operands)
-        out = self.program(**{k: v for k, v in env.items() if k in needed})
+        env = {k: v for k, v in env.items() if k in needed}
+        if self.replay is not None:
+            out = self.replay(env)
+        else:
+            out = self.program(**env)
+            if self.cached:            # @sc.fused: the next call has this call's key
+                self.replay = self.program.replay()
         res = []
         for name, shape in self.outs:
             r = out[name]
@@ -317,7 +326,7 @@ def fused(fn):
                 if not isinstance(o, LazyArray):
                     raise SparseccError(f"@sc.fused {fn.__name__} returned {type(o).__name__}; it must return lazy "
                                         f"arrays (computed from its array arguments)")
-            entry = cache[key] = (_Compiled(outs), single)
+            entry = cache[key] = (_Compiled(outs, cached=True), single)
         compiled, single = entry
         res = compiled.run([np.asarray(a) if isinstance(a, np.generic) else a for a in args])
         return res[0] if single else tuple(res)
