@@ -211,7 +211,7 @@ class _Compiled:
     def __init__(self, outputs, out_format=None, cached=False):
         #: ``cached``: held by @sc.fused for one trace key, so later calls may replay the
         #: first call's steps (``Program.replay``: no per-call plan where none depends on values)
-        self.cached, self.replay = cached, None
+        self.cached, self.replay, self.feed, self.plain_args = cached, None, None, False
         low = _Lowering(outputs).lower()
         self.program_key = tuple(low.statements)
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
@@ -236,23 +236,31 @@ class _Compiled:
                 pass
         self.program = prog
         self.statements = low.statements
+        #: results as the program gives them (no reshape, no torch or pydata conversion)
+        self.plain = not (self.torch or self.pydata) and builtins.all(
+            low.names.get(id(o)) == name for o, (name, _) in zip(outputs, self.outs))
 
     def run(self, args=()):
+        feed = self.feed
+        if feed is None:
+            needed = set(self.program.operands)
+            feed = self.feed = [(name, n.op if n.value is None else None, n.value, n.torch, n.pydata)
+                                for name, n in self.leaves if name in needed]
         env = {}
-        for name, n in self.leaves:
-            if n.value is None:
-                a = args[n.op]
-                env[name] = _from_torch(a) if n.torch else to_scipy(a, "an argument") if n.pydata else a
+        for name, slot, value, torch, pydata in feed:
+            if slot is None:
+                env[name] = value
             else:
-                env[name] = n.value
-        needed = set(self.program.operands)
-        env = {k: v for k, v in env.items() if k in needed}
+                a = args[slot]
+                env[name] = _from_torch(a) if torch else to_scipy(a, "an argument") if pydata else a
         if self.replay is not None:
             out = self.replay(env)
         else:
             out = self.program(**env)
             if self.cached:            # @sc.fused: the next call has this call's key
                 self.replay = self.program.replay()
+        if self.plain:
+            return [out[name] for name, _ in self.outs]
         res = []
         for name, shape in self.outs:
             r = out[name]
@@ -285,7 +293,15 @@ def compute(*lazies, format=None):     # noqa: A002
     return res[0] if len(res) == 1 else tuple(res)
 
 
+_ARRAY_TYPES = (np.ndarray, sp.csr_array, sp.csc_array, sp.coo_array, sp.csr_matrix, sp.csc_matrix, sp.coo_matrix)
+
+
 def _arg_key(a):
+    t = type(a)
+    if t in _ARRAY_TYPES:               # the common case first (a cached call's key is its cost)
+        return ("array", t, a.dtype, a.shape)
+    if t is float or t is int:
+        return ("const", t, a)
     if isinstance(a, LazyArray):
         raise SparseccError("a @sc.fused function takes NumPy/SciPy arrays and Python scalars, not lazy arrays")
     if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
@@ -296,8 +312,10 @@ def _arg_key(a):
         return ("array", type(a), a.dtype, a.shape)
     if is_pydata(a):
         return ("array", type(a), getattr(a, "compressed_axes", None), a.dtype, tuple(a.shape))
-    if isinstance(a, (np.ndarray, np.generic)):
-        return ("array", np.ndarray, a.dtype, np.shape(a))
+    if isinstance(a, np.generic):      # an operand too, but passed on as a 0-d array (its own key)
+        return ("array", "numpy scalar", a.dtype, ())
+    if isinstance(a, np.ndarray):
+        return ("array", np.ndarray, a.dtype, a.shape)
     try:
         hash(a)
     except TypeError:
@@ -327,8 +345,10 @@ def fused(fn):
                     raise SparseccError(f"@sc.fused {fn.__name__} returned {type(o).__name__}; it must return lazy "
                                         f"arrays (computed from its array arguments)")
             entry = cache[key] = (_Compiled(outs, cached=True), single)
+            entry[0].plain_args = not builtins.any(isinstance(a, np.generic) for a in args)
         compiled, single = entry
-        res = compiled.run([np.asarray(a) if isinstance(a, np.generic) else a for a in args])
+        res = compiled.run(args if compiled.plain_args else
+                           [np.asarray(a) if isinstance(a, np.generic) else a for a in args])
         return res[0] if single else tuple(res)
 
     wrapper.traces = 0
