@@ -150,6 +150,7 @@ def test_pydata_operands():
     np.testing.assert_allclose(S.todense(), 2 * Ad)
 
 
+@pytest.mark.slow       # torch in, torch out runs by default in test_lazy.py; this adds slices and casts
 def test_torch_slices_and_casts():
     torch = pytest.importorskip("torch")
     _, Ad = _operand("dense", np.float64, (5, 4))
