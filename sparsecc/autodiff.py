@@ -40,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import OperandError, ShapeError, SparseccError
-from .expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where, accesses, show
+from .expr import CASTS, Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where, accesses, show
 
 _OUT, _COT, _PAT, _RES, _CNT = "Grad_", "Gcot_", "Ppat_", "Res_", "Cnt_"
 
@@ -125,6 +125,8 @@ _DERIVATIVES = {
     "asin": "pow(sqrt(1 - {x} * {x}), -1.0)", "atan": "pow(1 + {x} * {x}, -1.0)", "expm1": "exp({x})",
     "log1p": "pow(1 + {x}, -1.0)", "abs": "where({x} > 0, 1, where({x} < 0, -1, 0))",
     "ceil": "(0)", "floor": "(0)",
+    # conversions (astype_float32, ...): 1 into a float/complex dtype, 0 into an integer one
+    **{f: "(1)" if f[7:].startswith(("float", "complex")) else "(0)" for f in CASTS},
 }
 
 

@@ -26,6 +26,20 @@ UNARY = {
     "asin": np.arcsin, "atan": np.arctan, "expm1": np.expm1, "log1p": np.log1p,
     "ceil": np.ceil, "floor": np.floor, "conj": conjugate,
 }
+
+
+def _caster(name: str):
+    def cast(x):
+        return np.asarray(x).astype(name)[()]
+    cast.__name__ = f"astype_{name}"
+    return cast
+
+
+#: conversions (NumPy's ``astype``): ``astype_float32(x)`` and so on, one per supported dtype;
+#: a conversion maps 0 to 0, so it keeps a sparse operand's pattern
+CASTS = {f"astype_{n}": _caster(n) for n in ("bool", "int32", "int64", "float32", "float64", "complex64",
+                                              "complex128")}
+UNARY.update(CASTS)
 BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "//": np.floor_divide,
           "%": np.remainder,
           "min": np.minimum, "max": np.maximum, "pow": np.power,

@@ -123,6 +123,49 @@ class Program:
         env = self.bind(*args, **kwargs)
         return self._run(env)
 
+    def replay(self):
+        """A function ``run(env) -> outputs`` that runs each live statement's kernel as the
+        last call did, without the program's step table: for callers that know the next
+        operands have the formats, dtypes and shapes of the last ones (``@sc.fused``'s trace
+        key), so each statement's result format is the same.  A statement whose steps all
+        repeated earlier ones is reused as the last call reused it; a planned statement runs
+        through its kernel (which plans per statistics class, as a call would); values are
+        released after their last reader.  None before the first call."""
+        plan = self.last_plan
+        if plan is None:
+            return None
+        ran = {ps.origin for ps in plan.steps}
+        shared: dict[int, list[str]] = {}
+        for origin, _, value in plan.shared:
+            shared.setdefault(origin, []).append(value)
+        alias: dict[str, str] = {}
+        actions = []
+        for k in self.live:
+            stmt, origin = self.statements[k], k + 1
+            ins = tuple(alias.get(n, n) for n in stmt.operands)
+            if origin not in ran and len(shared.get(origin, ())) == len(plan.plans[origin].steps):
+                alias[stmt.output] = alias.get(shared[origin][-1], shared[origin][-1])
+                continue
+            actions.append((self._kernel(stmt), ins, stmt.output))
+        outputs = tuple((name, alias.get(name, name)) for name in self.outputs)
+        keep = {v for _, v in outputs} | set(self.operands)
+        last = {}
+        for pos, (_, ins, _) in enumerate(actions):
+            for v in ins:
+                last[v] = pos
+        drops = [tuple(v for v in dict.fromkeys(ins) if last[v] == pos and v not in keep)
+                 for pos, (_, ins, _) in enumerate(actions)]
+        program = self
+
+        def run(env: dict) -> dict:
+            for (kernel, ins, output), drop in zip(actions, drops):
+                env[output] = kernel(*[env[n] for n in ins])
+                for v in drop:
+                    del env[v]
+            program.steps_run += len(actions)
+            return {name: env[v] for name, v in outputs}
+        return run
+
     # ---------------------------------------------------------------- running
     def _kernel(self, stmt: Statement):
         named = {n: self.formats[n] for n in stmt.operands if n in self.formats}

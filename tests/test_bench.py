@@ -337,3 +337,22 @@ def test_plans_triangle_row_counts_triangles_as_networkx():
     assert want > 0
     assert sc.einsum("ij,jk,ik->", L, L, L) == want
     assert float((L @ L).multiply(L).sum()) == want            # the row's SciPy reference
+
+
+# --------------------------------------------------------------------------- the lazy rows (--lazy)
+
+@pytest.mark.slow
+def test_lazy_small_run_at_one_and_two_threads(tmp_path, capsys):
+    args = _args(tmp_path, lazy=True, lazy_scale=1.0, threads=2)
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "lazy programs" in out and "FAILED" not in out and "overhead (cached @sc.fused" in out
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["config"]["lazy"] is True
+    ids = [x["id"].split(":")[0] for x in r["results"]]
+    assert ids == ["pagerank20", "cg50", "gcn2", "exp(2A+1)*B", "sum((A-B)**2,1)"] * 2
+    assert [x["threads"] for x in r["results"]] == [1] * 5 + [2] * 5
+    for x in r["results"]:
+        assert x["ok"], x
+        assert all(b["agrees"] for b in x["baselines"].values())
+    assert r["fused_overhead"]["kernels_us"] > 0 and r["fused_overhead"]["statements"] == 2

@@ -64,6 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "SciPy/NumPy/torch composition and optimize=False), at 1 thread and all cores")
     p.add_argument("--plans-scale", type=float, default=1.0,
                    help="with --plans: multiply the rows' sizes by this (1: the issue's sizes)")
+    p.add_argument("--lazy", action="store_true",
+                   help="the lazy-array rows instead (issue 25: @sc.fused PageRank, CG, a GCN and element-wise "
+                        "chains against the same loops in SciPy/NumPy/torch, and a cached call's overhead), at 1 "
+                        "thread and all cores")
+    p.add_argument("--lazy-scale", type=float, default=1.0,
+                   help="with --lazy: multiply the rows' sizes by this (1: the issue's sizes)")
     p.add_argument("--no-fwd-bwd", action="store_true",
                    help="skip the forward+backward rows (sparsecc.torch against torch.sparse; they run "
                         "when torch is installed and --kernels is not given)")
@@ -73,6 +79,9 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     """Run the suite for parsed ``args``; returns the exit status (1 when a check FAILED)."""
     out = out or sys.stdout
     threads = args.threads or all_cores()
+    if getattr(args, "lazy", False):
+        from . import lazy_rows
+        return lazy_rows.run(args, out, machine_info(threads), SCHEMA)
     real = {} if args.no_real else real_matrices()
     plans = getattr(args, "plans", False)
     if plans:

@@ -116,6 +116,8 @@ def reads(e: Expr, name: str) -> bool:
 def _unary_factor(fn: str, x: Expr) -> Expr | None:
     """d fn(x) / dx as an expression in x (None: zero almost everywhere)."""
     one = Const(1)
+    if fn.startswith("astype_"):    # a conversion: 1 into a float/complex dtype, 0 into an integer one
+        return one if fn[7:].startswith(("float", "complex")) else None
     if fn == "exp" or fn == "expm1":
         return Unary("exp", x)
     if fn == "log":

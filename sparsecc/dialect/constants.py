@@ -106,6 +106,8 @@ class Casts:
             op = "arith.uitofp" if s == "bool" else "arith.sitofp"
             return self.emit(f"{op} {v} : {st} to {dty}")
         if d == "int":
+            if s == "float":      # astype: NumPy truncates toward zero
+                return self.emit(f"arith.fptosi {v} : {st} to {dty}")
             if s == "bool":
                 return self.emit(f"arith.extui {v} : i8 to {dty}")
             if s == "int":

@@ -479,8 +479,9 @@ class Body(Casts):
         # abs of a complex value is real; every other function computes in its result dtype
         in_row = arg_row if e.fn == "abs" and arg_row.kind == "complex" else row
         x = self.value(e.arg, in_row)
-        if e.fn == "abs" and row.kind == "bool" or e.fn == "conj" and row.kind != "complex":
-            return x
+        if e.fn == "abs" and row.kind == "bool" or e.fn == "conj" and row.kind != "complex" or \
+                e.fn.startswith("astype_"):
+            return x        # a conversion: value() converted the argument to the result's dtype
         tin, tout = body_type(in_row), body_type(row)
 
         def apply(x: str, emit) -> str:

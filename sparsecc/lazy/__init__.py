@@ -19,6 +19,8 @@ import sys
 import types
 
 from .lower import compute, fused
+from .structure import argmax, argmin, astype, reshape
+from .indices import indices
 from .core import (LazyArray, abs, ceil, clip, cos, einsum, exp,  # noqa: F401,A004
                    expm1, floor, log, log1p, matmul, max, maximum, mean, min, minimum, permute_dims, pow,
                    sin, sinh, sqrt, sum, tan, tanh, tensordot, vecdot, where, asarray, lazy, negative, arcsin,
@@ -27,7 +29,7 @@ from .core import (LazyArray, abs, ceil, clip, cos, einsum, exp,  # noqa: F401,A
 __all__ = ["LazyArray", "asarray", "compute", "fused", "abs", "ceil", "clip", "cos", "einsum", "exp", "expm1",
            "floor", "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "permute_dims", "pow",
            "sin", "sinh", "sqrt", "sum", "tan", "tanh", "tensordot", "vecdot", "where", "negative", "arcsin",
-           "arctan", "square", "prod", "expand_dims", "squeeze"]
+           "arctan", "square", "prod", "expand_dims", "squeeze", "argmax", "argmin", "astype", "reshape", "indices"]
 
 
 class _Namespace(types.ModuleType):

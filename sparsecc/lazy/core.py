@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from ..errors import OperandError, ShapeError, SparseccError
 from ..expr import BINARY, UNARY, Const, Unary, fold
+from ..runtime.pydata import is_pydata, to_scipy
 
 _SCALARS = (bool, int, float, complex, np.generic)
 #: index labels of reductions' terms
@@ -36,7 +37,7 @@ class LazyArray:
     ``dtype``.  Build it with ``sc.lazy(x)`` and the operators / ``sc.lazy`` functions;
     ``sc.compute`` computes it."""
 
-    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "torch", "__weakref__")
+    __slots__ = ("kind", "op", "kids", "shape", "dtype", "sparse", "value", "torch", "pydata", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, kind, op, kids, shape, dtype, sparse=False, value=None):
@@ -44,6 +45,8 @@ class LazyArray:
         self.shape, self.dtype, self.sparse, self.value = tuple(shape), np.dtype(dtype), sparse, value
         #: a torch operand (leaves): results of a computation reading one are torch tensors
         self.torch = False
+        #: a pydata/sparse operand (leaves): sparse results are pydata COO arrays
+        self.pydata = False
 
     # ---------------------------------------------------------------- NumPy look
     @property
@@ -107,6 +110,13 @@ class LazyArray:
     def min(self, axis=None, keepdims=False): return min(self, axis=axis, keepdims=keepdims)
     def mean(self, axis=None, keepdims=False): return mean(self, axis=axis, keepdims=keepdims)
     def prod(self, axis=None, keepdims=False): return prod(self, axis=axis, keepdims=keepdims)
+    def argmax(self, axis=None, keepdims=False): return _structure().argmax(self, axis=axis, keepdims=keepdims)
+    def argmin(self, axis=None, keepdims=False): return _structure().argmin(self, axis=axis, keepdims=keepdims)
+    def astype(self, dtype, copy=True): return _structure().astype(self, dtype)
+    def reshape(self, *shape): return _structure().reshape(self, shape[0] if len(shape) == 1 else shape)
+    def __getitem__(self, key):
+        ix = _indices()
+        return ix.Indexed.access(self, key) if ix.is_index_key(key) else _structure().getitem(self, key)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fn = _UFUNCS.get(ufunc.__name__)
@@ -115,15 +125,35 @@ class LazyArray:
         return fn(*inputs)
 
 
+def _structure():
+    """``structure`` (it imports this module)."""
+    return importlib.import_module(".structure", __package__)
+
+
+def _indices():
+    """``indices`` (index objects; it imports this module)."""
+    return importlib.import_module(".indices", __package__)
+
+
+def _indexed(*xs) -> bool:
+    return builtins.any(getattr(x, "_sc_indexed", False) for x in xs)
+
+
 # ---------------------------------------------------------------------- building
 def lazy(x) -> LazyArray:
     """``sc.lazy(x)``: a NumPy array, a SciPy sparse array/matrix, or a NumPy 0-d value as a
     lazy operand (a LazyArray stays itself)."""
     if isinstance(x, LazyArray):
         return x
+    if _indexed(x):                     # an indexed expression (sc.indices): its free indices in order
+        return x.lazy()
     if _is_torch(x):
         node = lazy(_from_torch(x))
         node.torch = True
+        return node
+    if is_pydata(x):                    # COO/GCXS over its buffers (SciPy arrays; no copy)
+        node = lazy(to_scipy(x, "a sc.lazy operand"))
+        node.pydata = True
         return node
     if sp.issparse(x):
         if x.format not in ("csr", "csc", "coo"):
@@ -135,7 +165,8 @@ def lazy(x) -> LazyArray:
     if hasattr(x, "__array__") and not isinstance(x, _SCALARS):
         x = np.asarray(x)
         return LazyArray("leaf", None, (), x.shape, x.dtype, False, x)
-    raise OperandError(f"sc.lazy takes a NumPy array or a SciPy sparse array, got {type(x).__name__}")
+    raise OperandError(f"sc.lazy takes a NumPy array, a SciPy or pydata/sparse array or a torch tensor, got "
+                       f"{type(x).__name__}")
 
 
 asarray = lazy
@@ -164,7 +195,7 @@ def torch_api():
 def _placeholder(x, slot: int) -> LazyArray:
     node = lazy(x)
     out = LazyArray("leaf", slot, (), node.shape, node.dtype, node.sparse, None)
-    out.torch = node.torch
+    out.torch, out.pydata = node.torch, node.pydata
     return out
 
 
@@ -205,6 +236,8 @@ def _broadcast_shape(shapes, what) -> tuple:
 
 
 def _unary(fn: str, x) -> LazyArray:
+    if _indexed(x):
+        return _indices().apply_unary(fn, x)
     x = _operand(x)
     if isinstance(x, Const):
         return fold(Unary(fn, x)).value
@@ -212,6 +245,8 @@ def _unary(fn: str, x) -> LazyArray:
 
 
 def _binary(op: str, a, b) -> LazyArray:
+    if _indexed(a, b):
+        return _indices()._product(a, b) if op == "*" else _indices().apply_binary(op, a, b)
     a, b = _operand(a), _operand(b)
     kids = [a, b]
     shape = _broadcast_shape([k.shape for k in kids if isinstance(k, LazyArray)], f"'{op}'")
@@ -221,6 +256,8 @@ def _binary(op: str, a, b) -> LazyArray:
 
 def where(cond, x1, x2) -> LazyArray:
     """``numpy.where(cond, x1, x2)``."""
+    if _indexed(cond, x1, x2):
+        return _indices().apply_where(cond, x1, x2)
     kids = [_operand(cond), _operand(x1), _operand(x2)]
     shape = _broadcast_shape([k.shape for k in kids if isinstance(k, LazyArray)], "where")
     return LazyArray("where", None, kids, shape, _result_dtype(lambda c, a, b: np.where(c, a, b), kids),
@@ -372,8 +409,14 @@ def _keep(node: LazyArray, x: LazyArray, axes, keepdims) -> LazyArray:
     return LazyArray("keep", tuple(axes), (node,), shape, node.dtype, node.sparse)
 
 
-def sum(x, axis=None, keepdims=False) -> LazyArray:      # noqa: A001
-    """``numpy.sum(x, axis=, keepdims=)`` (every entry; unstored ones are zeros)."""
+def sum(x, axis=None, keepdims=False, over=None) -> LazyArray:      # noqa: A001
+    """``numpy.sum(x, axis=, keepdims=)`` (every entry; unstored ones are zeros); of an
+    indexed expression (``sc.indices``), ``over=``: the index or indices summed."""
+    if _indexed(x) or over is not None:
+        if not _indexed(x) or axis is not None or keepdims:
+            raise SparseccError(f"{_where_called()}: sum(..., over=) sums an indexed expression (A[i, j] * x[j]) "
+                                f"over index objects; axis=/keepdims= are for arrays")
+        return _indices().reduce_sum(x, over)
     x = lazy(x)
     axes = _axes(x, axis)
     labels = tuple(_LETTERS[k] for k in range(x.ndim))

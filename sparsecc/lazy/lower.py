@@ -10,8 +10,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SparseccError
-from ..expr import Access, Binary, Const, Dense, Reduce, Statement, Stored, Unary, Where, accesses, fold
+from ..expr import Access, Binary, Const, Dense, Index, Reduce, Statement, Stored, Unary, Where, accesses, fold
 from ..program import Program
+from ..runtime.pydata import is_pydata, to_scipy
 from .core import _LETTERS, LazyArray, _from_torch, _is_torch, _placeholder, lazy, torch_api
 
 
@@ -67,7 +68,7 @@ class _Lowering:
         return out
 
     def _materialize(self, n) -> bool:
-        if n.kind == "leaf":
+        if n.kind in ("leaf", "index"):
             return False
         if id(n) in self._out_ids:
             return True
@@ -80,7 +81,7 @@ class _Lowering:
         # element-wise: its own statement where a product of several arrays reads it and it is
         # no product itself (the planner orders products; a sum of one chain stays one nest)
         products = [r for r in readers if r.kind == "contract"
-                    and builtins.sum(isinstance(k, LazyArray) for k in r.kids) > 1]
+                    and builtins.sum(isinstance(k, LazyArray) and k.op != "select" for k in r.kids) > 1]
         return bool(products) and not self._is_factor(n)
 
     def _is_factor(self, n) -> bool:
@@ -125,6 +126,8 @@ class _Lowering:
         k = n.kind
         if k == "leaf":
             return Access(self.leaves[id(n)], idx)
+        if k == "index":                   # the position along axis n.op (argmax)
+            return Index(idx[n.op])
         if k == "unary":
             return Unary(n.op, self._expr(n.kids[0], idx, fresh))
         if k in ("binary", "where"):
@@ -205,15 +208,25 @@ _PROGRAMS: dict = {}
 class _Compiled:
     """A lowered DAG: its program and how to feed it."""
 
-    def __init__(self, outputs, out_format=None):
+    def __init__(self, outputs, out_format=None, cached=False):
+        #: ``cached``: held by @sc.fused for one trace key, so later calls may replay the
+        #: first call's steps (``Program.replay``: no per-call plan where none depends on values)
+        self.cached, self.replay, self.feed, self.plain_args = cached, None, None, False
         low = _Lowering(outputs).lower()
         self.program_key = tuple(low.statements)
         self.outs = [(low.names[low.reshape[id(o)][0]], low.reshape[id(o)][1]) for o in outputs]
         self.leaves = [(low.leaves[id(n)], n) for n in low.leaf_nodes]
         self.torch = builtins.any(n.torch for n in low.leaf_nodes)
+        self.pydata = builtins.any(n.pydata for n in low.leaf_nodes)
         wanted = tuple(dict.fromkeys(name for name, _ in self.outs))
-        formats = None if out_format is None else {n: out_format for n in wanted}
-        key = (self.program_key, wanted, out_format)
+        if out_format is None:
+            # a value NumPy would hold dense stays dense (a slice or reshape of a dense
+            # array reads it through sparse selections, whose product the rules make sparse)
+            dense = {low.names[low.reshape[id(o)][0]] for o in outputs if not o.sparse and o.ndim}
+            formats = {n: "dense" for n in wanted if n in dense} or None
+        else:
+            formats = {n: out_format for n in wanted}
+        key = (self.program_key, wanted, out_format if out_format is not None else tuple(sorted(formats or ())))
         prog = _PROGRAMS.get(key)
         if prog is None:
             prog = Program(low.statements, outputs=wanted, out_format=formats)
@@ -223,16 +236,31 @@ class _Compiled:
                 pass
         self.program = prog
         self.statements = low.statements
+        #: results as the program gives them (no reshape, no torch or pydata conversion)
+        self.plain = not (self.torch or self.pydata) and builtins.all(
+            low.names.get(id(o)) == name for o, (name, _) in zip(outputs, self.outs))
 
     def run(self, args=()):
+        feed = self.feed
+        if feed is None:
+            needed = set(self.program.operands)
+            feed = self.feed = [(name, n.op if n.value is None else None, n.value, n.torch, n.pydata)
+                                for name, n in self.leaves if name in needed]
         env = {}
-        for name, n in self.leaves:
-            if n.value is None:
-                env[name] = _from_torch(args[n.op]) if n.torch else args[n.op]
+        for name, slot, value, torch, pydata in feed:
+            if slot is None:
+                env[name] = value
             else:
-                env[name] = n.value
-        needed = set(self.program.operands)
-        out = self.program(**{k: v for k, v in env.items() if k in needed})
+                a = args[slot]
+                env[name] = _from_torch(a) if torch else to_scipy(a, "an argument") if pydata else a
+        if self.replay is not None:
+            out = self.replay(env)
+        else:
+            out = self.program(**env)
+            if self.cached:            # @sc.fused: the next call has this call's key
+                self.replay = self.program.replay()
+        if self.plain:
+            return [out[name] for name, _ in self.outs]
         res = []
         for name, shape in self.outs:
             r = out[name]
@@ -241,7 +269,16 @@ class _Compiled:
             res.append(r)
         if self.torch:                 # torch in, torch out
             res = [torch_api().from_sparsecc(r) for r in res]
+        elif self.pydata:              # pydata in: sparse results as pydata COO arrays
+            res = [_to_pydata(r) if sp.issparse(r) else r for r in res]
         return res
+
+
+def _to_pydata(r):
+    import sparse                       # a pydata operand was given: the package is there
+    c = r.tocoo()
+    return sparse.COO(np.vstack(c.coords) if c.nnz else np.zeros((c.ndim, 0), np.int64), c.data, shape=c.shape,
+                      has_duplicates=False)
 
 
 def compute(*lazies, format=None):     # noqa: A002
@@ -256,7 +293,15 @@ def compute(*lazies, format=None):     # noqa: A002
     return res[0] if len(res) == 1 else tuple(res)
 
 
+_ARRAY_TYPES = (np.ndarray, sp.csr_array, sp.csc_array, sp.coo_array, sp.csr_matrix, sp.csc_matrix, sp.coo_matrix)
+
+
 def _arg_key(a):
+    t = type(a)
+    if t in _ARRAY_TYPES:               # the common case first (a cached call's key is its cost)
+        return ("array", t, a.dtype, a.shape)
+    if t is float or t is int:
+        return ("const", t, a)
     if isinstance(a, LazyArray):
         raise SparseccError("a @sc.fused function takes NumPy/SciPy arrays and Python scalars, not lazy arrays")
     if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
@@ -265,8 +310,12 @@ def _arg_key(a):
         return ("array", "torch", a.layout, a.dtype, tuple(a.shape))
     if sp.issparse(a):
         return ("array", type(a), a.dtype, a.shape)
-    if isinstance(a, (np.ndarray, np.generic)):
-        return ("array", np.ndarray, a.dtype, np.shape(a))
+    if is_pydata(a):
+        return ("array", type(a), getattr(a, "compressed_axes", None), a.dtype, tuple(a.shape))
+    if isinstance(a, np.generic):      # an operand too, but passed on as a 0-d array (its own key)
+        return ("array", "numpy scalar", a.dtype, ())
+    if isinstance(a, np.ndarray):
+        return ("array", np.ndarray, a.dtype, a.shape)
     try:
         hash(a)
     except TypeError:
@@ -290,14 +339,16 @@ def fused(fn):
             traced = [_placeholder(a, k) if kk[0] == "array" else a for k, (a, kk) in enumerate(zip(args, key))]
             result = fn(*traced)
             single = not isinstance(result, (tuple, list))
-            outs = [result] if single else list(result)
+            outs = [lazy(o) if getattr(o, "_sc_indexed", False) else o for o in ([result] if single else result)]
             for o in outs:
                 if not isinstance(o, LazyArray):
                     raise SparseccError(f"@sc.fused {fn.__name__} returned {type(o).__name__}; it must return lazy "
                                         f"arrays (computed from its array arguments)")
-            entry = cache[key] = (_Compiled(outs), single)
+            entry = cache[key] = (_Compiled(outs, cached=True), single)
+            entry[0].plain_args = not builtins.any(isinstance(a, np.generic) for a in args)
         compiled, single = entry
-        res = compiled.run([np.asarray(a) if isinstance(a, np.generic) else a for a in args])
+        res = compiled.run(args if compiled.plain_args else
+                           [np.asarray(a) if isinstance(a, np.generic) else a for a in args])
         return res[0] if single else tuple(res)
 
     wrapper.traces = 0
