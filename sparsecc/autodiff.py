@@ -330,6 +330,14 @@ def _like(x, values):
     return out
 
 
+def _reads(factors: list) -> tuple[set, set]:
+    """The operand names and free indices of the product of ``factors`` (index notation)."""
+    from .expr import free_indices
+    from .parse import _Parser
+    _, _, e = _Parser("Q_[] = " + " * ".join(factors)).statement()
+    return {a.tensor for a in accesses(e)}, set(free_indices(e))
+
+
 def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, attained=None,
               conjugate: bool = False, dtypes=None):
     """The gradient of operand ``target``.  ``attained``: for a root max/min, (the result,
@@ -352,8 +360,11 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
         factors.append(f"stored(where({show(body)} == {_access(_RES, stmt.indices)}, 1.0, 0.0) / "
                        f"{_access(_CNT, stmt.indices)})")
         args[_RES], args[_CNT] = attained
-    bound = set(stmt.indices) | show.indices
-    args.update({rename[n]: ops[stmt.operands.index(n)] for n in show.names})
+    # what the adjoint reads: the printer also saw subtrees whose derivative dropped them
+    # (d neg(x)/dx = -1 reads no x), so read the factors' own operands and free indices
+    names, indices = _reads(factors)
+    bound = set(stmt.indices) | indices
+    args.update({rename[n]: ops[stmt.operands.index(n)] for n in stmt.operands if rename[n] in names})
     # the operand's own dimension names: a repeated index gets a fresh name and a delta factor
     dims, delta, seen = [], [], {}
     for d, i in enumerate(sk):
@@ -390,7 +401,7 @@ def _grad_one(kernel, target: str, body: Expr, stmt: Statement, cot, ops: list, 
         g = g.reshape([shape[sk.index(i)] if i in keep else 1 for i in uniq])
         g = np.broadcast_to(g, [shape[sk.index(i)] for i in uniq])
     if len(uniq) == len(sk):
-        return g
+        return np.array(g)          # the user's own, writable array (not a broadcast view)
     out = np.zeros(shape, dt)
     letters = {i: chr(ord("a") + n) for n, i in enumerate(uniq)}
     np.einsum(f"{''.join(letters[i] for i in sk)}->{''.join(letters[i] for i in uniq)}", out)[...] = g
