@@ -300,8 +300,10 @@ def text(stmt: Statement) -> str:
 def split_reads(stmt: Statement) -> tuple[Statement, dict]:
     """``stmt`` with each operand read under a second index order renamed (``A[k,l] +
     A[l,k]`` -> ``A[k,l] + A__1[l,k]``), and {alias: operand}: the call passes the operand
-    under both names.  A sparse result of a union that reads one operand in two orders came
-    back with every entry stored (a split retry's dense temporary); two operands do not."""
+    under both names, so the runtime stores each read in the order its loops want (the
+    Hessian's ``sum[i](A[i,k] * A__1[i,k1])`` is then the hand-written SpGEMM of a CSC and a
+    CSR operand).  One name is right too (the emitter copies a read whose order disagrees,
+    ``dialect/workarounds.own_order_reads``), with one transpose more per call."""
     orders: dict = {}
     aliases: dict = {}
 

@@ -59,6 +59,12 @@ def emit_kernel(stmt: Statement, formats: dict[str, Format], dtypes: dict[str, s
     ident = expr.identity if isinstance(expr, Reduce) else None
     body_expr = expr.body if isinstance(expr, Reduce) else expr
     sparse_out = out_format is not None and not out_format.is_dense
+    build = via if via is not None else out_format
+    if sparse_out and build.block is None:
+        # the loops a sparse result is inserted from: its storage order, a contraction's
+        # summed indices just before the last (Gustavson's order, runtime/specialization.py)
+        seq = [stmt.indices[d] for d in build.order]
+        fn.loop_hint = tuple(seq[:-1] + [i for i in red if i not in seq] + seq[-1:]) if red else tuple(seq)
     if sparse_out:
         aliases.append(f"#encout = {out_format.encoding()}")
         out_type = tensor_type(len(stmt.indices), out_row, "#encout")
@@ -124,6 +130,7 @@ class _Function(Workarounds, Temporaries):
         self.deallocs: list[str] = []     # dense temporaries, freed before returning
         self.n = 0
         self.hoist_ids = itertools.count()   # hoisted values of every generic's body
+        self.loop_hint: tuple = ()          # the root's indices in the result's storage order
 
     def fresh(self, stem: str) -> str:
         self.n += 1
@@ -161,6 +168,11 @@ class _Function(Workarounds, Temporaries):
         sparse_loop = any(a.tensor in self.encs for a in ins)
         if sparse_loop:
             swaps = self.broadcasts(body_expr, dims, stored=red_op != "sum")
+            if swaps:
+                body_expr = replace_accesses(body_expr, swaps, self.node_dtypes)
+                ins = list(dict.fromkeys(a for a in accesses(body_expr)))
+        if sparse_loop:
+            swaps = self.own_order_reads(ins, dims, "#enc" in init_type)
             if swaps:
                 body_expr = replace_accesses(body_expr, swaps, self.node_dtypes)
                 ins = list(dict.fromkeys(a for a in accesses(body_expr)))
