@@ -18,7 +18,8 @@ from ..expr import Statement, accesses, index_sizes, infer_dtypes
 from ..options import Options
 from ..parse import parse_notation
 from ..patterns import default_result_format
-from .symbolic import DELTA, NotDifferentiableError, contracted, derivative, fresh_index, split_reads
+from .symbolic import DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index, split_reads
+from .tensor import TensorJacobian, check_flatten
 
 __all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
            "NotDifferentiableError"]
@@ -103,9 +104,9 @@ class _Derived:
             if missing:
                 raise OperandError(f"'{self.source}': missing operand(s) {', '.join(missing)}")
         w = ops.get(self.wrt)
-        if w is not None and sp.issparse(w):
-            raise OperandError(f"wrt={self.wrt!r}: derivatives are with respect to a dense operand, "
-                               f"got a sparse {type(w).__name__}")
+        if w is not None and sp.issparse(w) and not getattr(self, "sparse_wrt_ok", False):
+            raise OperandError(f"wrt={self.wrt!r}: {type(self).__name__} is with respect to a dense operand, "
+                               f"got a sparse {type(w).__name__} (sc.jacobian takes its stored values)")
         return ops
 
 
@@ -114,11 +115,20 @@ class Jacobian(_Derived):
     pattern (every entry the expression can make nonzero, stored zeros kept); ``pattern`` and
     ``values`` as below.  ``statement``: the derivative statement compiled."""
 
-    def __init__(self, stmt, source, wrt, options):
+    sparse_wrt_ok = True
+
+    def __init__(self, stmt, source, wrt, options, flatten=False):
         super().__init__(stmt, source, wrt, options)
-        if len(stmt.indices) != 1:
-            raise SparseccError(f"sc.jacobian is for a vector result (r[i] = ...); '{source}' has "
-                                f"{len(stmt.indices)} output indices (sc.hessian differentiates a scalar)")
+        self.flatten = check_flatten(flatten)
+        self.tensor = None             # a sparse or higher-rank wrt, or a matrix result (tensor.py)
+        rank = check_wrt(stmt, wrt, source, any_rank=True)
+        if not stmt.indices:
+            raise SparseccError(f"sc.jacobian is for a vector or matrix result (r[i] = ...); '{source}' is "
+                                f"a scalar (sc.gradient and sc.hessian differentiate a scalar)")
+        if rank > 1 or len(stmt.indices) > 1:
+            self.tensor = TensorJacobian(self, masked=rank > 1, flatten=flatten)
+            self.statement, self.aliases, self.base, self._kernels = self.tensor.statement, {}, stmt, {}
+            return
         self.k = fresh_index(stmt, "k")
         self.statement = derivative(stmt, wrt, self.k, source=source)
         self.aliases: dict = {}        # an operand read in two index orders: passed twice
@@ -126,6 +136,7 @@ class Jacobian(_Derived):
             self.statement, self.aliases = split_reads(self.statement)
         self.base = stmt               # the statement differentiated
         self._kernels: dict = {}
+        self._masked = None            # the Jacobian wrt a sparse vector's stored values
 
     def __repr__(self):
         return f"<sc.jacobian of '{self.source}' wrt {self.wrt}: {self.statement}>"
@@ -174,8 +185,20 @@ class Jacobian(_Derived):
             out = np.asarray(out)
         return _in(out, dt)
 
+    def _tensor_for(self, ops: dict):
+        """The tensor Jacobian serving these operands (None: the vector one)."""
+        if self.tensor is not None:
+            return self.tensor
+        if sp.issparse(ops.get(self.wrt)):
+            if self._masked is None:
+                self._masked = TensorJacobian(self, masked=True, flatten=self.flatten)
+            return self._masked
+        return None
+
     def __call__(self, **operands):
-        return self._run(self._operands(operands), "csr")
+        ops = self._operands(operands)
+        t = self._tensor_for(ops)
+        return t.run(ops) if t is not None else self._run(ops, "csr")
 
     def pattern(self, layout: str = "csr", **operands):
         """The pattern alone, from the sparse operands' patterns (dense operands may be left
@@ -185,6 +208,9 @@ class Jacobian(_Derived):
         pattern depends on no value: the same for every call with the same operand patterns."""
         _layout(layout)
         ops = self._operands(operands, need_wrt=False)
+        t = self._tensor_for(ops)
+        if t is not None:
+            return _tensor_layout(t.run(_ones_for(self.base, ops, self.wrt, t.masked)), layout, "pattern")
         if self.statement is not None:
             shapes = {n: tuple(np.shape(x)) for n, x in ops.items()}
             shapes.update({a: shapes[n] for a, n in self.aliases.items() if n in shapes})
@@ -212,10 +238,57 @@ class Jacobian(_Derived):
         row-major triplets, ``pattern(layout="coo")``'s order) or CSC order (``"csc"``,
         computed by the derivative kernel with a CSC result)."""
         _layout(layout)
-        m = self._run(self._operands(operands), "csc" if layout == "csc" else "csr")
+        ops = self._operands(operands)
+        t = self._tensor_for(ops)
+        if t is not None:
+            return _tensor_layout(t.run(ops), layout, "values")
+        m = self._run(ops, "csc" if layout == "csc" else "csr")
         if not sp.issparse(m):
             return np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1)
         return m.data
+
+
+def _ones_for(stmt: Statement, ops: dict, wrt: str, masked: bool) -> dict:
+    """``ops`` with every dense operand left out read as ones (its shape from the others)."""
+    ops = dict(ops)
+    if masked and wrt not in ops:
+        raise OperandError(f"J.pattern: pass {wrt!r} (its stored entries are the Jacobian's columns)")
+    sizes = index_sizes(stmt, {n: tuple(np.shape(x)) for n, x in ops.items() if n in stmt.operands})
+    for a in accesses(stmt.expr):
+        if a.tensor in ops:
+            continue
+        if not all(i in sizes for i in a.indices):
+            raise OperandError(f"J.pattern: the operands given do not fix the shape of {a.tensor!r}; "
+                               f"pass it (any values)")
+        ops[a.tensor] = np.ones(tuple(sizes[i] for i in a.indices)) if a.indices else 1.0
+    return ops
+
+
+def _tensor_layout(m, layout: str, what: str):
+    """The pattern or the values of a tensor Jacobian's result ``m`` in ``layout`` (only
+    coordinates and values move)."""
+    if isinstance(m, np.ndarray):          # a full pattern: every entry
+        if m.ndim == 2:
+            m = sp.csr_array(np.ones(m.shape, bool)) if what == "pattern" else m
+        else:
+            m = sp.coo_array(np.ones(m.shape, bool)) if what == "pattern" else m
+        if what == "values":
+            if m.ndim == 2 and layout == "csc":
+                return np.ascontiguousarray(m.T).reshape(-1)
+            return np.ascontiguousarray(m).reshape(-1)
+    if m.ndim > 2:
+        if layout != "coo":
+            raise SparseccError(f"this Jacobian is {m.ndim}-D: its {what} is in layout='coo' "
+                                f"(or ask for flatten=True)")
+        return tuple(m.coords) if what == "pattern" else m.data
+    if layout == "csc":
+        m = sp.csc_array(m)
+        m.sort_indices()
+    if what == "values":
+        return m.data
+    if layout == "coo":
+        return np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr)), m.indices
+    return m.indptr, m.indices
 
 
 def _layout(layout):
@@ -295,6 +368,8 @@ class Hessian(Jacobian):
     """``H(**operands, triangle=None|"lower"|"upper")``: the Hessian of a scalar result, the
     Jacobian of its gradient statement (``gradient_statement``)."""
 
+    sparse_wrt_ok = False
+
     def __init__(self, stmt, source, wrt, options):
         self.objective = stmt
         self.gradient_statement = _gradient_statement(stmt, source, wrt)
@@ -354,11 +429,14 @@ def _triangle(H, triangle):
     return sp.csr_array((H.data[keep], H.indices[keep], indptr), shape=H.shape)
 
 
-def jacobian(expr, wrt: str, options: Options | None = None) -> Jacobian:
-    """The sparse Jacobian of a vector statement ``r[i] = ...`` (or a kernel from
-    ``sc.compile``) with respect to the dense vector operand ``wrt`` (docs/derivatives.md)."""
+def jacobian(expr, wrt: str, options: Options | None = None, flatten: bool = False) -> Jacobian:
+    """The sparse Jacobian of a statement ``r[i] = ...`` (or a kernel from ``sc.compile``)
+    with respect to the dense vector operand ``wrt``, or to the stored values of a sparse
+    operand ``wrt`` (column ``p``: its ``p``-th stored entry in canonical order).  A matrix
+    result gives a 3-D ``coo_array``, or with ``flatten=True`` a matrix whose rows are the
+    result's indices flattened row-major (docs/derivatives.md)."""
     stmt, source, options = _source(expr, options)
-    return Jacobian(stmt, source, wrt, options)
+    return Jacobian(stmt, source, wrt, options, flatten=flatten)
 
 
 def jvp(expr, wrt: str, options: Options | None = None) -> ForwardDerivative:

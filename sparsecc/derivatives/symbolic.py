@@ -150,13 +150,16 @@ def _unary_factor(fn: str, x: Expr) -> Expr | None:
                                  f"differentiated yet)")
 
 
-def terms(e: Expr, wrt: str, k: str, source: str) -> list[tuple[Expr, str | None]]:
-    """``d e / d wrt[k]`` as ``[(c, a)]``: the sum of ``c * delta(a, k)`` (``a`` None: ``c``
-    itself, a delta already summed away, so ``c`` reads ``k``)."""
+def terms(e: Expr, wrt: str, k, source: str) -> list[tuple[Expr, tuple]]:
+    """``d e / d wrt[k...]`` as ``[(c, pending)]``: the sum of ``c`` times a Kronecker delta
+    ``delta(a, k_d)`` for each pair ``(a, k_d)`` in ``pending`` (the deltas not yet summed
+    away; an empty tuple: ``c`` itself, which reads the ``k``'s).  ``k``: one new index per
+    dimension of ``wrt`` (a string for a vector)."""
+    ks = (k,) if isinstance(k, str) else tuple(k)
     if isinstance(e, Access):
         if e.tensor != wrt:
             return []
-        return [(Const(1), e.indices[0])]
+        return [(Const(1), tuple(zip(e.indices, ks)))]
     if isinstance(e, (Const, Index)):
         return []
     if not reads(e, wrt):
@@ -211,10 +214,10 @@ def terms(e: Expr, wrt: str, k: str, source: str) -> list[tuple[Expr, str | None
                                          f"{e.op}[...] (sum has one)")
         out = []
         for c, a in terms(e.body, wrt, k, source):
-            if a in e.indices:          # sum[a](c * delta(a, k)) = c[a := k]
-                c, a, rest = substitute(c, {a: k}), None, tuple(i for i in e.indices if i != a)
-            else:
-                rest = e.indices
+            bound = {x: kk for x, kk in a if x in e.indices}
+            if bound:                   # sum[a](c * delta(a, k)) = c[a := k]
+                c, a = substitute(c, bound), tuple(p for p in a if p[0] not in bound)
+            rest = tuple(i for i in e.indices if i not in bound)
             unused = [i for i in rest if i not in free_indices(c)]
             if unused:
                 raise NotDifferentiableError(
@@ -227,15 +230,19 @@ def terms(e: Expr, wrt: str, k: str, source: str) -> list[tuple[Expr, str | None
     raise NotDifferentiableError(f"'{source}': no derivative through {type(e).__name__}")
 
 
-def check_wrt(stmt: Statement, wrt: str, source: str) -> None:
+def check_wrt(stmt: Statement, wrt: str, source: str, any_rank: bool = False) -> int:
+    """The rank of ``wrt`` (1 unless ``any_rank``: the stored values of a sparse operand)."""
     if not isinstance(wrt, str) or wrt not in stmt.operands:
         raise SparseccError(f"wrt={wrt!r} is not an operand of '{source}' (operands: {', '.join(stmt.operands)})")
     ranks = {len(a.indices) for a in accesses(stmt.expr) if a.tensor == wrt}
-    if ranks != {1}:
+    if any_rank and len(ranks) == 1 and ranks != {0}:
+        pass
+    elif ranks != {1}:
         raise SparseccError(f"wrt={wrt!r}: derivatives are with respect to a vector (rank-1) operand; "
                             f"'{wrt}' has rank {ranks.pop()}")
     if any(len(set(a.indices)) != len(a.indices) for a in accesses(stmt.expr)):
         raise NotDifferentiableError(f"'{source}': repeated indices (diagonals) are not differentiated yet")
+    return ranks.pop()
 
 
 def fresh_index(stmt: Statement, base: str) -> str:
@@ -257,22 +264,32 @@ def _total(parts: list[Expr]) -> Expr | None:
     return out
 
 
-def derivative(stmt: Statement, wrt: str, k: str, output: str = "J_", source: str = "") -> Statement | None:
-    """``output[out..., k] = d stmt / d wrt[k]`` (None: the derivative is identically 0)."""
-    check_wrt(stmt, wrt, source or str(stmt))
+def derivative(stmt: Statement, wrt: str, k, output: str = "J_", source: str = "",
+               deltas: tuple | None = None, mask: str | None = None) -> Statement | None:
+    """``output[out..., k...] = d stmt / d wrt[k...]`` (None: the derivative is identically
+    0).  ``k``: a new index (or one per dimension of ``wrt``); ``deltas``: the identity
+    operand a delta of an output index reads, per dimension of ``wrt`` (``DELTA``);
+    ``mask``: an operand ``mask[k...]`` every term is multiplied by (the pattern of a sparse
+    ``wrt``: derivatives with respect to its stored values)."""
+    ks = (k,) if isinstance(k, str) else tuple(k)
+    rank = check_wrt(stmt, wrt, source or str(stmt), any_rank=mask is not None)
+    if rank != len(ks):
+        raise SparseccError(f"internal error: {len(ks)} derivative indices for the rank-{rank} {wrt!r}")
+    deltas = deltas or (DELTA,) * rank
     parts = []
-    for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
-        if a is None:
-            parts.append(c)
-        else:
-            if a not in stmt.indices:      # cannot happen: bound indices are summed away
-                raise NotDifferentiableError(f"'{source}': a delta of the unbound index {a}")
-            parts.append(mul(c, Access(DELTA, (a, k))))
+    for c, a in terms(stmt.expr, wrt, ks, source or str(stmt)):
+        for x, kk in a:
+            if x not in stmt.indices:      # cannot happen: bound indices are summed away
+                raise NotDifferentiableError(f"'{source}': a delta of the unbound index {x}")
+            c = mul(c, Access(deltas[ks.index(kk)], (x, kk)))
+        parts.append(c)
     expr = _total(parts)
     if expr is None:
         return None
+    if mask is not None:                   # (the union of the terms) on the mask's pattern
+        expr = Binary("*", expr, Access(mask, ks))
     expr = fold(expr)
-    return Statement(output, stmt.indices + (k,), expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr))))
+    return Statement(output, stmt.indices + ks, expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr))))
 
 
 def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T_",
@@ -281,10 +298,10 @@ def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T
     check_wrt(stmt, wrt, source or str(stmt))
     parts = []
     for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
-        if a is None:
+        if not a:
             parts.append(_sum((k,), mul(c, Access(tangent, (k,)), hoist=True)))
         else:
-            parts.append(mul(c, Access(tangent, (a,))))
+            parts.append(mul(c, Access(tangent, (a[0][0],))))
     expr = _total(parts)
     if expr is None:
         return None
