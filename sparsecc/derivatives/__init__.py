@@ -18,7 +18,8 @@ from ..expr import Statement, accesses, index_sizes, infer_dtypes
 from ..options import Options
 from ..parse import parse_notation
 from ..patterns import default_result_format
-from .symbolic import DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index, split_reads
+from .symbolic import (DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index,
+                       non_holomorphic, split_reads)
 from .tensor import TensorJacobian, check_flatten
 
 __all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
@@ -63,16 +64,24 @@ def _identity(n: int, dtype) -> sp.csr_array:
 
 
 def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
-    """The derivative's dtype; DTypeError for integer, bool and complex values."""
+    """The derivative's dtype; DTypeError for integer and bool values, and for complex
+    values through a function that has no complex derivative (docs/derivatives.md: complex
+    derivatives are holomorphic, ``d f / d z``)."""
     dts = {n: np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
            for n, x in operands.items() if n in stmt.operands}
     for n in stmt.operands:
         dts.setdefault(n, np.dtype(np.float64))
     out = infer_dtypes(stmt, dts)[stmt.expr]
     for what, dt in (("the result", out), (f"operand '{wrt}'", dts[wrt])):
-        if dt.kind != "f":
-            raise DTypeError(f"'{source}': derivatives are for floating-point values; {what} is {dt}"
-                             + (" (complex derivatives are not built yet)" if dt.kind == "c" else ""))
+        if dt.kind not in "fc":
+            raise DTypeError(f"'{source}': derivatives are for floating-point or complex values; "
+                             f"{what} is {dt}")
+    if out.kind == "c" or dts[wrt].kind == "c":
+        bad = non_holomorphic(stmt.expr, wrt)
+        if bad is not None:
+            raise NotDifferentiableError(
+                f"'{source}': complex derivatives are holomorphic (d f / d z), and {bad} has none "
+                f"(abs, conj, ceil, floor, max, min and conditions on complex values are not holomorphic)")
     return out
 
 
@@ -319,8 +328,9 @@ class ForwardDerivative(_Derived):
         if tangent.shape != np.shape(ops[self.wrt]):
             raise OperandError(f"the tangent must have {self.wrt!r}'s shape {np.shape(ops[self.wrt])}, "
                                f"got {tangent.shape}")
-        if tangent.dtype.kind not in "f":
-            raise DTypeError(f"the tangent must be floating-point, got {tangent.dtype}")
+        if tangent.dtype.kind not in "fc" or (tangent.dtype.kind == "c" and dt.kind != "c"):
+            raise DTypeError(f"the tangent must be floating-point (complex for a complex derivative), "
+                             f"got {tangent.dtype}")
         if self.statement is None:
             shape = tuple(index_sizes(self.stmt, {n: np.shape(x) for n, x in ops.items()})[i]
                           for i in self.stmt.indices)

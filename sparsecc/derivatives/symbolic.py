@@ -146,8 +146,10 @@ def _unary_factor(fn: str, x: Expr) -> Expr | None:
         return Where(Binary(">", x, Const(0)), one, Where(Binary("<", x, Const(0)), Const(-1), Const(0)))
     if fn in ("ceil", "floor"):
         return None
-    raise NotDifferentiableError(f"no derivative of {fn}(...) (complex functions such as conj are not "
-                                 f"differentiated yet)")
+    if fn == "conj":
+        raise NotDifferentiableError("no derivative of conj(...): conj is not holomorphic (complex "
+                                     "derivatives here are d f / d z, docs/derivatives.md)")
+    raise NotDifferentiableError(f"no derivative of {fn}(...)")
 
 
 def terms(e: Expr, wrt: str, k, source: str) -> list[tuple[Expr, tuple]]:
@@ -228,6 +230,41 @@ def terms(e: Expr, wrt: str, k, source: str) -> list[tuple[Expr, tuple]]:
     if isinstance(e, (Stored, Dense)):
         raise NotDifferentiableError(f"'{source}': no derivative through {type(e).__name__.lower()}(...) yet")
     raise NotDifferentiableError(f"'{source}': no derivative through {type(e).__name__}")
+
+
+#: functions with no complex derivative (not holomorphic), and piecewise ones
+NOT_HOLOMORPHIC = frozenset({"abs", "conj", "ceil", "floor"})
+
+
+def non_holomorphic(e: Expr, wrt: str) -> str | None:
+    """The first sub-expression on the path to ``wrt`` that has no complex (holomorphic)
+    derivative, as text: ``abs``, ``conj``, ``ceil``, ``floor``, ``max``/``min``, or a
+    condition of ``where`` that reads ``wrt`` (complex values have no order)."""
+    if not reads(e, wrt):
+        return None
+    if isinstance(e, Unary) and e.fn in NOT_HOLOMORPHIC:
+        return show(e)
+    if isinstance(e, Binary) and e.op in ("max", "min"):
+        return show(e)
+    if isinstance(e, Where) and reads(e.cond, wrt):
+        return show(e.cond)
+    for c in _kids(e):
+        found = non_holomorphic(c, wrt)
+        if found:
+            return found
+    return None
+
+
+def _kids(e: Expr):
+    if isinstance(e, Unary):
+        return (e.arg,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Where):
+        return (e.cond, e.left, e.right)
+    if isinstance(e, (Reduce, Stored, Dense)):
+        return (e.body,)
+    return ()
 
 
 def check_wrt(stmt: Statement, wrt: str, source: str, any_rank: bool = False) -> int:
