@@ -150,12 +150,17 @@ class TensorJacobian:
         if self.masked:
             lin = np.ravel_multi_index(tuple(cs[nout:]), wshape)
             keys = np.ravel_multi_index(coords, wshape)
-            order = np.argsort(keys, kind="stable")
-            p = order[np.searchsorted(keys[order], lin)]
+            if _ascending(keys):           # row-major canonical order (CSR, COO)
+                p = np.searchsorted(keys, lin)
+            else:
+                order = np.argsort(keys, kind="stable")
+                p = order[np.searchsorted(keys[order], lin)]
             cs = cs[:nout] + [p.astype(np.int64)]
             n = len(keys)
         else:
             n = wshape[0]
+        if _ascending(np.ravel_multi_index(tuple(cs), out_shape + (n,))):
+            return tuple(cs), vals, out_shape + (n,)
         perm = np.lexsort(tuple(cs[::-1]))
         return tuple(c[perm] for c in cs), vals[perm], out_shape + (n,)
 
@@ -173,6 +178,10 @@ class TensorJacobian:
         if len(shape) == 2 or self.flatten:
             return self.as_matrix(cs, vals, shape)
         return sp.coo_array((vals, cs), shape=shape)
+
+
+def _ascending(keys) -> bool:
+    return bool(keys.size < 2 or (keys[1:] > keys[:-1]).all())
 
 
 def _accesses(stmt):
