@@ -159,3 +159,14 @@ def test_refusals():
         sc.jvp(RES, wrt="u")(**dict(ops, u=sp.coo_array(ops["u"])), tangent=np.ones(N))
     with pytest.raises(sc.SparseccError, match="rank"):
         sc.hessian("f[] = sum[i,j](L[i,j] * L[i,j])", wrt="L")
+
+
+def test_dense_matrix_wrt_is_every_entry():
+    # a dense D: every entry is a variable, row-major (D.flat[p]); the pattern is full
+    rng = np.random.default_rng(6)
+    D, u = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    got = sc.jacobian("r[i] = sum[j](D[i,j] * D[i,j] * u[j])", wrt="D")(D=D, u=u)
+    tu = torch.tensor(u)
+    ref = jacrev(lambda d: ((d * d) @ tu))(torch.tensor(D)).numpy().reshape(3, 12)
+    assert isinstance(got, np.ndarray) and got.shape == (3, 12)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

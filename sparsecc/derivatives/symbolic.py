@@ -292,6 +292,12 @@ def fresh_index(stmt: Statement, base: str) -> str:
 
 
 def _total(parts: list[Expr]) -> Expr | None:
+    """The sum of ``parts``, equal parts counted once with their multiplicity (the product
+    rule's ``x * L + x * L`` of ``L * L`` is ``2 * (x * L)``)."""
+    counts: dict = {}
+    for p in parts:
+        counts[p] = counts.get(p, 0) + 1
+    parts = [p if n == 1 else mul(Const(n), p) for p, n in counts.items()]
     out = None
     for p in parts:
         if isinstance(p, Unary) and p.fn == "neg" and out is not None:
