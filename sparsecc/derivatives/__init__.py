@@ -5,7 +5,9 @@ Statement -> Statement) and compiles the derivative statement, whose sparse resu
 follows from the operands' patterns; ``sc.jvp`` compiles the derivative contracted with a
 tangent; ``sc.hessian`` differentiates twice, ``sc.hvp`` is the forward derivative of the
 gradient.  Every value is computed by a compiled kernel (through ``make.make_kernel``, so
-derivative statements with several products are planned).
+derivative statements with several products are planned).  Jacobians with respect to a sparse
+operand's stored values and of matrix results are in ``tensor.py``; complex derivatives are
+holomorphic (``common._dtype_check``).
 """
 
 from __future__ import annotations
@@ -14,19 +16,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DTypeError, OperandError, SparseccError
-from ..expr import Statement, accesses, index_sizes, infer_dtypes
+from ..expr import Statement, accesses, index_sizes
 from ..options import Options
 from ..parse import parse_notation
 from ..patterns import default_result_format
-from .symbolic import (DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index,
-                       non_holomorphic, split_reads)
+from .common import _dtype_check, _identity, _in, _kernel
+from .symbolic import DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index, split_reads
 from .tensor import TensorJacobian, check_flatten
 
 __all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
            "NotDifferentiableError"]
 
 _TANGENT = "Tan_"
-_identities: dict = {}
 
 
 def _source(expr_or_kernel, options):
@@ -43,55 +44,6 @@ def _source(expr_or_kernel, options):
     if stmt.operands and stmt.operands[0].startswith("#"):
         raise SparseccError("derivatives take index-notation kernels (operands by name), not einsum subscripts")
     return stmt, getattr(expr_or_kernel, "source", str(stmt)), options or getattr(expr_or_kernel, "options", None)
-
-
-def _kernel(stmt: Statement, options, out_format):
-    from ..make import make_kernel
-    return make_kernel(str(stmt), (), {}, options, out_format=out_format)
-
-
-def _identity(n: int, dtype) -> sp.csr_array:
-    """The sparse identity a delta reads (one per size and dtype: an operand, not a result)."""
-    key = (n, np.dtype(dtype))
-    m = _identities.get(key)
-    if m is None:
-        idx = np.arange(n, dtype=np.int64)
-        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=np.int64)), shape=(n, n))
-        if len(_identities) > 64:
-            _identities.clear()
-        _identities[key] = m
-    return m
-
-
-def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
-    """The derivative's dtype; DTypeError for integer and bool values, and for complex
-    values through a function that has no complex derivative (docs/derivatives.md: complex
-    derivatives are holomorphic, ``d f / d z``)."""
-    dts = {n: np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
-           for n, x in operands.items() if n in stmt.operands}
-    for n in stmt.operands:
-        dts.setdefault(n, np.dtype(np.float64))
-    out = infer_dtypes(stmt, dts)[stmt.expr]
-    for what, dt in (("the result", out), (f"operand '{wrt}'", dts[wrt])):
-        if dt.kind not in "fc":
-            raise DTypeError(f"'{source}': derivatives are for floating-point or complex values; "
-                             f"{what} is {dt}")
-    if out.kind == "c" or dts[wrt].kind == "c":
-        bad = non_holomorphic(stmt.expr, wrt)
-        if bad is not None:
-            raise NotDifferentiableError(
-                f"'{source}': complex derivatives are holomorphic (d f / d z), and {bad} has none "
-                f"(abs, conj, ceil, floor, max, min and conditions on complex values are not holomorphic)")
-    return out
-
-
-def _in(out, dt):
-    """A derivative in the statement's dtype: a piecewise factor (``where(u[i] > 0.5, 1,
-    0)`` of ``max``, ``abs``) is int64 by NumPy's rules and widens a float32 derivative
-    statement to float64; the values come back in the dtype the statement has."""
-    if out.dtype == dt:
-        return out
-    return out.astype(dt) if sp.issparse(out) else np.asarray(out).astype(dt)[()]
 
 
 class _Derived:

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from ..errors import OperandError, SparseccError
 from ..expr import Statement, index_sizes
 from ..patterns import default_result_format
+from .common import _dtype_check, _identity, _in, _kernel
 from .symbolic import DELTA, derivative, fresh_index, split_reads
 
 MASK = "P_"
@@ -108,7 +109,6 @@ class TensorJacobian:
             args[MASK] = mask.astype(dt) if sp.issparse(mask) else mask.astype(dt)
         else:
             shape, coords = np.shape(w), None
-        from . import _identity
         for d, name in enumerate(_deltas(len(self.ks))):
             if name in self.statement.operands or name in self.aliases.values():
                 args[name] = _identity(shape[d], dt)
@@ -118,14 +118,12 @@ class TensorJacobian:
     def _kernel(self, fmt):
         k = self._kernels.get(fmt)
         if k is None:
-            from . import _kernel
             k = self._kernels[fmt] = _kernel(self.statement, self.owner.options, fmt)
         return k
 
     # ---------------------------------------------------------------- the call
     def coordinates(self, ops: dict):
         """(coordinates over (result indices..., wrt axis), values, full shape), lexsorted."""
-        from . import _dtype_check, _in
         dt = _dtype_check(self.owner.stmt, ops, self.owner.wrt, self.owner.source)
         out_shape = self._sizes(ops)
         w = ops[self.owner.wrt]
