@@ -170,3 +170,26 @@ def test_dense_matrix_wrt_is_every_entry():
     ref = jacrev(lambda d: ((d * d) @ tu))(torch.tensor(D)).numpy().reshape(3, 12)
     assert isinstance(got, np.ndarray) and got.shape == (3, 12)
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_matrix_result_wrt_stored_values():
+    # d C[i,j] / d L_p: one entry per stored entry p, at (row(p), col(p), p)
+    rng = np.random.default_rng(7)
+    L = sp.random_array((4, 5), density=0.4, format="csr", random_state=rng)
+    u = rng.standard_normal(5)
+    stmt = "C[i,j] = L[i,j] * L[i,j] * u[j]"
+    got = sc.jacobian(stmt, wrt="L")(L=L, u=u)
+    rows, cols = _canonical_coords(L)
+    p = np.arange(L.nnz)
+    tu = torch.tensor(u)
+
+    def fn(v):
+        Ld = torch.zeros(4, 5, dtype=torch.float64).index_put((torch.tensor(rows), torch.tensor(cols)), v)
+        return Ld * Ld * tu[None, :]
+    ref = jacrev(fn)(torch.tensor(L.toarray()[rows, cols])).numpy()
+    assert isinstance(got, sp.coo_array) and got.shape == (4, 5, L.nnz)
+    np.testing.assert_allclose(got.todense(), ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got.coords, (rows, cols, p)):
+        np.testing.assert_array_equal(a, b)
+    flat = sc.jacobian(stmt, wrt="L", flatten=True)(L=L, u=u)
+    np.testing.assert_allclose(flat.toarray(), ref.reshape(20, L.nnz), rtol=1e-12, atol=1e-12)
