@@ -328,7 +328,7 @@ def test_bad_wrt():
     with pytest.raises(sc.SparseccError, match="not an operand"):
         sc.jacobian(BRATU, wrt="v")
     with pytest.raises(sc.SparseccError, match="rank"):
-        sc.gradient(LSQ, wrt="A")             # (sc.jacobian takes a sparse operand's stored values)
+        sc.hessian(LSQ, wrt="A")              # (sc.jacobian and sc.gradient take its stored values)
     with pytest.raises(sc.SparseccError, match="rank"):
         sc.jacobian(BRATU, wrt="lam")
     with pytest.raises(sc.SparseccError, match="scalar result"):

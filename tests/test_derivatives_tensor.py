@@ -193,3 +193,20 @@ def test_matrix_result_wrt_stored_values():
         np.testing.assert_array_equal(a, b)
     flat = sc.jacobian(stmt, wrt="L", flatten=True)(L=L, u=u)
     np.testing.assert_allclose(flat.toarray(), ref.reshape(20, L.nnz), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_gradient_wrt_stored_values(fmt):
+    rng = np.random.default_rng(9)
+    A = sp.random_array((6, 4), density=0.4, format="csr", random_state=rng).asformat(fmt)
+    x, b = rng.standard_normal(4), rng.standard_normal(6)
+    g = sc.gradient("f[] = sum[i]((sum[j](A[i,j] * x[j]) - b[i]) ** 2)", wrt="A")(A=A, x=x, b=b)
+    rows, cols = _canonical_coords(A)
+    tx, tb = torch.tensor(x), torch.tensor(b)
+
+    def fn(v):
+        Ad = torch.zeros(6, 4, dtype=torch.float64).index_put((torch.tensor(rows), torch.tensor(cols)), v)
+        return ((Ad @ tx - tb) ** 2).sum()
+    ref = torch.func.grad(fn)(torch.tensor(A.toarray()[rows, cols])).numpy()
+    assert g.shape == (A.nnz,)
+    np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-12)

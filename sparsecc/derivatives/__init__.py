@@ -311,15 +311,32 @@ def _gradient_statement(stmt, source, wrt):
 
 
 class Gradient(_Derived):
-    """``g(**operands)``: the gradient of a scalar result as a dense vector (one kernel)."""
+    """``g(**operands)``: the gradient of a scalar result as a dense vector (one kernel);
+    with respect to a sparse operand, a vector over its stored entries in canonical order
+    (masked, as ``sc.jacobian``'s columns)."""
+
+    sparse_wrt_ok = True
 
     def __init__(self, stmt, source, wrt, options):
         super().__init__(stmt, source, wrt, options)
-        self.statement = _gradient_statement(stmt, source, wrt)
+        _scalar(stmt, source, "sc.gradient")
+        self.tensor = None
+        if check_wrt(stmt, wrt, source, any_rank=True) > 1:
+            self.tensor = TensorJacobian(self, masked=True, flatten=False)
+            self.statement = self.tensor.statement
+        else:
+            self.statement = _gradient_statement(stmt, source, wrt)
         self._kernel = None
 
     def __call__(self, **operands):
         ops = self._operands(operands)
+        if self.tensor is not None or sp.issparse(ops.get(self.wrt)):
+            if self.tensor is None:
+                self.tensor = TensorJacobian(self, masked=True, flatten=False)
+            (p,), vals, (n,) = self.tensor.coordinates(ops)
+            g = np.zeros(n, vals.dtype)
+            g[p] = vals                    # the kernel's values at their entries' positions
+            return g
         dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
         if self._kernel is None:
             self._kernel = _kernel(self.statement, self.options, "dense")
