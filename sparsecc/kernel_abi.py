@@ -33,6 +33,10 @@ MIN_PARALLEL_WORK_GLOBAL = "sparsecc_min_parallel_work"
 #: unknown) counts each iteration as this much work (``passes/rewrites.py thread_count``;
 #: the hand-written MTTKRP's slots hold this many entries)
 ROW_WORK = 16
+#: a kernel function's attribute (i64): the dynamic schedule's chunk (iterations dealt at a
+#: time) of its parallel loops, instead of ``passes/rewrites.py CHUNK`` (the hand-written
+#: dense contraction's iterations are blocks of rows, a few thousand of them: dealt one by one)
+PARALLEL_CHUNK = "sparsecc.parallel_chunk"
 
 
 @dataclass(frozen=True)

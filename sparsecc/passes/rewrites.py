@@ -16,10 +16,10 @@ in place and nothing else aliases it, so each one is marked ``restrict writable`
 from __future__ import annotations
 
 from ..errors import InternalError
-from ..kernel_abi import MIN_PARALLEL_WORK_GLOBAL, NUM_THREADS_GLOBAL, ROW_WORK
+from ..kernel_abi import MIN_PARALLEL_WORK_GLOBAL, NUM_THREADS_GLOBAL, PARALLEL_CHUNK, ROW_WORK
 
 VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
-           "inline_alloca_scopes 1; thread_count 3 (work threshold)")
+           "inline_alloca_scopes 1; thread_count 4 (work threshold, chunk attribute)")
 
 
 def ops_named(root, name: str) -> list:
@@ -224,6 +224,18 @@ def _defined_outside(value, op) -> bool:
     return True
 
 
+def _chunk_of(op) -> int:
+    """The dynamic schedule's chunk for a parallel region: the enclosing function's
+    ``PARALLEL_CHUNK`` attribute, else :data:`CHUNK`."""
+    from mlir import ir
+    p = op.parent
+    while p is not None and p.name != "func.func":
+        p = p.parent
+    if p is not None and PARALLEL_CHUNK in p.attributes:
+        return int(ir.IntegerAttr(p.attributes[PARALLEL_CHUNK]).value)
+    return CHUNK
+
+
 def _positions_buffer(nest, par):
     """The memref that the loop body of ``nest`` reads at ``[iv]`` and ``[iv + 1]`` (a
     compressed level's positions under this loop: the sparsifier's ``pos[i]``, ``pos[i+1]``),
@@ -264,7 +276,8 @@ def thread_count(module) -> int:
     call before the region: the iterations plus the stored entries under them
     (``pos[ub] - pos[lb]`` of the positions buffer the body reads at ``[iv]`` and
     ``[iv + 1]``), or iterations x :data:`ROW_WORK` when there is none.  Its
-    ``omp.wsloop`` gets a dynamic schedule of :data:`CHUNK`.  Adds the globals; returns how
+    ``omp.wsloop`` gets a dynamic schedule of :data:`CHUNK` (or of the enclosing function's
+    ``kernel_abi.PARALLEL_CHUNK`` attribute).  Adds the globals; returns how
     many loops changed.  Raises :class:`InternalError` for a parallel region that is not one
     work-sharing loop."""
     from mlir import ir
@@ -331,7 +344,8 @@ def thread_count(module) -> int:
                 work = arith.addi(trip, branch.results[0])
             small = arith.cmpi(arith.CmpIPredicate.ult, work, least)
             nt = arith.select(small, arith.constant(i32, 1), wanted)
-            chunk = arith.constant(i64, CHUNK) if CHUNK else None
+            size = _chunk_of(par)
+            chunk = arith.constant(i64, size) if size else None
         if chunk is not None:
             _with_operand(ws, chunk_slot, chunk, {"schedule_kind": dynamic})
         _with_operand(par, par_slot, nt)

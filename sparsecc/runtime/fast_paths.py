@@ -1,5 +1,5 @@
 """Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM,
-SpMM, MTTKRP/TTV, unions), whose sparsifier kernels run serially.  ``specialize`` asks
+SpMM, MTTKRP/TTV, unions, dense x dense contractions), whose sparsifier kernels run serially.  ``specialize`` asks
 :func:`compiled` first; None means the ordinary sparsifier path.  The kernels are emitted
 from the compile target's facts (``Target.kernel_facts()``), never from the host's."""
 
@@ -35,11 +35,11 @@ class Route:
 
 def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
-    this order: MTTKRP/TTV over a 3-D COO operand and SpMM (dense results, CPU only: a cuda
+    this order: MTTKRP/TTV over a 3-D COO operand, SpMM and dense x dense contractions (dense results, CPU only: a cuda
     kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the element-wise
     union.  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
-    from ..dialect.kernels import mttkrp, spmm
+    from ..dialect.kernels import gemm, mttkrp, spmm
     fmts, dtype = dict(zip(stmt.operands, formats)), dtypes[0]
     if device == "cpu":
         plan = mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) in (2, 3) else None
@@ -51,6 +51,11 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
             return Route("spmm", tuple(plan.index_order),
                          lambda parallel: spmm.emit(plan, fmts, None, dtype, parallel, facts), False,
                          fills_output=True, guarded=spmm.guarded(plan, stmt, formats))
+        plan = gemm.match(stmt, formats, dtypes, out_format)
+        if plan is not None:
+            return Route("gemm", tuple(plan.index_order),
+                         lambda parallel: gemm.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=True)
     for module in (spgemm, sddmm, union):   # (union: A + B, a*A - b*B with a CSR/CSC result)
         plan = module.match(stmt, formats, dtypes, out_format)
         if plan is not None:

@@ -1,0 +1,247 @@
+"""Dense x dense contractions, hand-written (issue 24): ``C[..., i, j] = sum[k](X[...] * Y[..., j])``.
+
+The planner's dense steps - ``X @ W`` of a GNN layer, the dense half of a Tucker chain - and
+any two-operand einsum over dense row-major operands with one summed index and a dense
+result, where:
+
+* ``j``, the result's last index, is the last index of ``Y`` and not an index of ``X``;
+* ``i``, the result's second-to-last index, is an index of ``X`` and not of ``Y``;
+* every other index of the result (a *batch* index, ``b`` in ``bik,bkj->bij`` or ``i`` in
+  the Tucker step ``ijk,jl->ikl``) is an index of X or Y or both; X's indices in any order.
+
+MLIR's sparsifier makes this the loop ``for i, for j, for k: C[i,j] += X[i,k] * Y[k,j]``
+with the sum in memory.  This kernel instead
+
+* computes a block of ``ROWS`` rows (``i``) by ``BLOCK_BYTES`` of columns (``j``) at a time,
+  the ``ROWS`` accumulators in vector registers (``vector<W x T>``; LLVM splits a wide one
+  into the machine's registers) while it walks ``k``: each ``vector.load`` of Y's row is
+  used ``ROWS`` times, each element of X is broadcast once per column block (``math.fma``
+  for floats, ``muli``/``addi`` for integers: exact, wrapping as NumPy does);
+* takes the last columns (fewer than a block) with one masked block
+  (``vector.maskedload``/``maskedstore``) and the last rows (fewer than ``ROWS``) one row
+  at a time, so any shape works: 1 x n, n x 1, and empty dimensions (``k`` empty: zeros);
+* runs its row blocks (over every batch index too) in an ``scf.parallel``, OpenMP through
+  the ordinary pipeline, dealt one block at a time (``kernel_abi.PARALLEL_CHUNK``); the
+  loop's work measure (``passes/rewrites.py thread_count``) is read from a small buffer of
+  each block's cumulative work (its ``ROWS x N x K`` multiply-adds over ``FMA_PER_WORK``),
+  which the body reads at ``[t]`` and ``[t + 1]``, so a small product stays on one thread.
+  Each output entry is summed by one thread in ``k``'s order, so results do not depend on
+  the thread count, bit for bit;
+* complex values: the same blocks of one row by one column, ``complex.mul``/``add``
+  (correct, not fast: the vector dialect has no complex vectors).
+
+It writes every output entry, so the call hands it uninitialized memory
+(``Compiled.fills_output``).  The function has the sparsifier kernel's arguments for the
+same statement (the sizes, each operand's dense memref, the output memref).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import dtypes as dt
+from ...expr import Access, Binary, Statement
+from ...formats import Format
+from ...kernel_abi import PARALLEL_CHUNK, TargetFacts
+from .emit import Text, kernel_head, module, multiply_add
+from .recognize import RolePlan, index_order, one_kind, plain_sum
+
+#: the columns of one block: 64 bytes (8 float64, 16 float32), one AVX-512 or two AVX2 registers
+BLOCK_BYTES = 64
+#: the rows of one block, each with its accumulator of BLOCK_BYTES: 6 x 2 AVX2 registers
+#: of 16 leave room for Y's row and the broadcast
+ROWS = 6
+#: multiply-adds per unit of the thread-count rewrite's work measure (a unit: about one
+#: stored entry of SpMV, ~1-2 ns; a register-blocked multiply-add is ~0.1 ns)
+FMA_PER_WORK = 8
+#: the value kinds served (complex: scalar blocks)
+_KINDS = ("float", "int", "complex")
+
+
+@dataclass(frozen=True)
+class Plan(RolePlan):
+    """A recognised dense contraction: roles ``X`` (has ``i``) and ``Y`` (ends in ``j``),
+    their accesses' indices, the result's indices (``out``: batch indices, ``i``, ``j``)
+    and the summed index ``k``."""
+
+    x: tuple[str, ...]
+    y: tuple[str, ...]
+    out: tuple[str, ...]
+    k: str
+
+
+def _dense(f: Format, rank: int) -> bool:
+    return f.is_dense and f.block is None and tuple(f.order or range(rank)) == tuple(range(rank))
+
+
+def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
+          out_format: Format | None) -> Plan | None:
+    """The hand-written dense contraction for this specialization, or None."""
+    if out_format is not None or len(stmt.operands) != 2 or len(stmt.indices) < 2 or not one_kind(dtypes, _KINDS):
+        return None
+    e = stmt.expr
+    if not plain_sum(e, 1):
+        return None
+    b = e.body
+    if not (isinstance(b, Binary) and b.op == "*" and isinstance(b.left, Access) and isinstance(b.right, Access)):
+        return None
+    fmts = dict(zip(stmt.operands, formats))
+    if b.left.tensor == b.right.tensor:
+        return None
+    out, k = tuple(stmt.indices), e.indices[0]
+    i, j = out[-2], out[-1]
+    if len(set(out)) != len(out) or k in out:
+        return None
+    accs = (b.left, b.right)
+    for a in accs:
+        if len(set(a.indices)) != len(a.indices) or not _dense(fmts[a.tensor], len(a.indices)):
+            return None
+    ys = [a for a in accs if a.indices and a.indices[-1] == j and i not in a.indices]
+    if len(ys) != 1:
+        return None
+    Y = ys[0]
+    X = accs[1] if Y is accs[0] else accs[0]
+    if j in X.indices or i not in X.indices or k not in X.indices or k not in Y.indices:
+        return None
+    batch = set(out[:-2])
+    if not set(X.indices) <= batch | {i, k} or not set(Y.indices) <= batch | {k, j}:
+        return None
+    if not batch <= set(X.indices) | set(Y.indices):
+        return None
+    return Plan("gemm", (("X", X.tensor), ("Y", Y.tensor)), index_order(stmt), X.indices, Y.indices, out, k)
+
+
+def _memref(rank: int, T: str) -> str:
+    return f"memref<{'?x' * rank}{T}>"
+
+
+def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bool, facts: TargetFacts) -> str:
+    """The MLIR module (module docstring); ``formats`` by operand name, ``out`` None (a
+    dense result); nothing here depends on ``facts``."""
+    row = dt.TABLE[dtype]
+    T = row.storage
+    vec = row.kind != "complex"
+    XT, YT, CT = _memref(len(plan.x), T), _memref(len(plan.y), T), _memref(len(plan.out), T)
+    params = [f"%size_{ix}: index" for ix in plan.index_order]
+    for op in formats:
+        r = plan.role(op)
+        params.append(f"%{r}: {XT if r == 'X' else YT}")
+    params.append(f"%C: {CT}")
+    size = {ix: f"%size_{ix}" for ix in plan.index_order}
+    batch, i, j, k = plan.out[:-2], plan.out[-2], plan.out[-1], plan.k
+    R = ROWS if vec else 1
+    W = max(1, BLOCK_BYTES // row.numpy.itemsize) if vec else 1
+
+    t = Text()
+    t.index_constants()
+    M, N, K = size[i], size[j], size[k]
+    rows_c = t.op(f"arith.constant {R} : index")
+    nb = t.op(f"arith.ceildivui {M}, {rows_c} : index")
+    total = nb
+    for bx in batch:
+        total = t.op(f"arith.muli {total}, {size[bx]} : index")
+    zv = (t.op(f"arith.constant dense<{'0.0' if row.kind == 'float' else '0'}> : vector<{W}x{T}>") if vec
+          else t.op(f"complex.constant [0.0 : {T[8:-1]}, 0.0 : {T[8:-1]}] : {T}"))
+    cw = t.op(f"arith.constant {W} : index")
+    ncols = t.op(f"arith.muli {t.op(f'arith.divui {N}, {cw} : index')}, {cw} : index")     # the full blocks
+
+    def subs(indices, at: dict) -> str:
+        return ", ".join(at[ix] for ix in indices)
+
+    def tile(at: dict, rws: list[str], jb: str, mask: str | None) -> None:
+        """C[rows, jb:jb+W] = sum over k (in registers), masked by ``mask``."""
+        ty = f"vector<{W}x{T}>" if vec else T
+        accs = [t.fresh("acc") for _ in rws]
+        res = t.fresh("res")
+        args = ", ".join(f"{a} = {zv}" for a in accs)
+        types = ", ".join([ty] * len(rws))
+        t(f"{res}:{len(rws)} = scf.for %k = %c0 to {K} step %c1 iter_args({args}) -> ({types}) {{")
+        at = dict(at, **{k: "%k", j: jb})
+        if not vec:
+            y = t.op(f"memref.load %Y[{subs(plan.y, at)}] : {YT}")
+        elif mask is None:
+            y = t.op(f"vector.load %Y[{subs(plan.y, at)}] : {YT}, {ty}")
+        else:
+            y = t.op(f"vector.maskedload %Y[{subs(plan.y, at)}], {mask}, {zv} : {YT}, vector<{W}xi1>, {ty} into {ty}")
+        new = []
+        for acc, ir in zip(accs, rws):
+            x = t.op(f"memref.load %X[{subs(plan.x, dict(at, **{i: ir}))}] : {XT}")
+            if vec:
+                xb = t.op(f"vector.broadcast {x} : {T} to {ty}")
+                new.append(multiply_add(t, row.kind == "float", xb, y, acc, ty))
+            else:
+                new.append(t.op(f"complex.add {acc}, {t.op(f'complex.mul {x}, {y} : {T}')} : {T}"))
+        t(f"  scf.yield {', '.join(new)} : {types}")
+        t("}")
+        for n, ir in enumerate(rws):
+            c = subs(plan.out, dict(at, **{i: ir}))
+            if not vec:
+                t(f"memref.store {res}#{n}, %C[{c}] : {CT}")
+            elif mask is None:
+                t(f"vector.store {res}#{n}, %C[{c}] : {CT}, {ty}")
+            else:
+                t(f"vector.maskedstore %C[{c}], {mask}, {res}#{n} : {CT}, vector<{W}xi1>, {ty}")
+
+    def columns(at: dict, rws: list[str]) -> None:
+        """Every column block of the rows ``rws``: the full ones, then one masked block."""
+        jb = t.fresh("jb")
+        t(f"scf.for {jb} = %c0 to {ncols} step {cw} {{")
+        tile(at, rws, jb, None)
+        t("}")
+        if vec:
+            rest = t.op(f"arith.subi {N}, {ncols} : index")
+            t(f"scf.if {t.op(f'arith.cmpi ugt, {rest}, %c0 : index')} {{")
+            tile(at, rws, ncols, t.op(f"vector.create_mask {rest} : vector<{W}xi1>"))
+            t("}")
+
+    def body(tv: str) -> None:
+        """Iteration ``tv``: its batch indices and row block, every column of it."""
+        at: dict = {}
+        blk = t.op(f"arith.remui {tv}, {nb} : index")
+        rest = t.op(f"arith.divui {tv}, {nb} : index")
+        for bx in reversed(batch):
+            at[bx] = t.op(f"arith.remui {rest}, {size[bx]} : index")
+            rest = t.op(f"arith.divui {rest}, {size[bx]} : index")
+        i0 = t.op(f"arith.muli {blk}, {rows_c} : index")
+        if R == 1:
+            columns(at, [i0])
+            return
+        left = t.op(f"arith.subi {M}, {i0} : index")
+        full = t.op(f"arith.cmpi uge, {left}, {rows_c} : index")
+        t(f"scf.if {full} {{")
+        rws = [i0] + [t.op(f"arith.addi {i0}, {t.op(f'arith.constant {r} : index')} : index") for r in range(1, R)]
+        columns(at, rws)
+        t("} else {")
+        ir = t.fresh("ir")
+        t(f"scf.for {ir} = {i0} to {M} step %c1 {{")
+        columns(at, [ir])
+        t("}")
+        t("}")
+
+    if parallel:
+        # each block's cumulative work, read by the body at [t] and [t + 1]: the thread-count
+        # rewrite's measure (module docstring); the block's number is work[t] / per
+        flops = t.op(f"arith.muli {t.op(f'arith.muli {rows_c}, {N} : index')}, {K} : index")
+        unit = t.op(f"arith.constant {FMA_PER_WORK} : index")
+        per = t.op(f"arith.maxui {t.op(f'arith.divui {flops}, {unit} : index')}, %c1 : index")
+        n1 = t.op(f"arith.addi {total}, %c1 : index")
+        t(f"%work = memref.alloc({n1}) : memref<?xindex>")
+        t(f"scf.for %w = %c0 to {n1} step %c1 {{")
+        t(f"  memref.store {t.op(f'arith.muli %w, {per} : index')}, %work[%w] : memref<?xindex>")
+        t("}")
+        t(f"scf.parallel (%t) = (%c0) to ({total}) step (%c1) {{")
+        lo = t.op("memref.load %work[%t] : memref<?xindex>")
+        hi = t.op(f"memref.load %work[{t.op('arith.addi %t, %c1 : index')}] : memref<?xindex>")
+        t(f"scf.if {t.op(f'arith.cmpi ugt, {hi}, {lo} : index')} {{")
+        body(t.op(f"arith.divui {lo}, {per} : index"))
+        t("}")
+        t("  scf.reduce")
+        t("}")
+        t("memref.dealloc %work : memref<?xindex>")
+    else:
+        t(f"scf.for %t = %c0 to {total} step %c1 {{")
+        body("%t")
+        t("}")
+    t("return")
+    attrs = f"{PARALLEL_CHUNK} = 1 : i64" if parallel else ""
+    return module([], kernel_head(params, attrs=attrs), t.lines)
