@@ -40,6 +40,11 @@ SPARSE_NEST_POINT_OPS = 16.0
 #: ``one_nest_handwritten``; plan/ asks no runtime).  Measured: MTTKRP ``ijk,jr,kr->ir``, 150^3 with
 #: 500k entries, r = 16, 1 thread: 2.0 ms for 8M points, where this rate gives 17 ms
 HANDWRITTEN_SPEEDUP = 8.0
+#: how much faster than :data:`OPS_PER_S` a matrix-product-shaped step over dense operands with a
+#: dense result runs a multiply-add: it is the hand-written register-blocked contraction
+#: (``dialect/kernels/gemm.py``; :func:`dense_rate`).  Measured: ``X @ W``, 25k x 128 x 32
+#: float64, 1 thread: 102M multiply-adds in 6-12 ms (on a loaded machine), 17-33x this rate
+DENSE_STEP_SPEEDUP = 16.0
 #: bytes of one coordinate or position
 INDEX_BYTES = 4
 
@@ -81,6 +86,25 @@ def step_cost(inputs: list[tuple[TensorStats, bool]], result: TensorStats, resul
     # the call itself, as operations (so that a step is never free)
     ops += STEP_OVERHEAD_S * OPS_PER_S
     return Cost(moved, ops)
+
+
+def stored(t: TensorStats, dense: bool) -> TensorStats:
+    """``t`` as a step reading it visits it: stored dense, every element (the products of
+    a step over a dense intermediate count its zeros too), else its entries."""
+    if not dense or t.full:
+        return t
+    return TensorStats(t.indices, t.sizes, float(t.volume), True)
+
+
+def dense_rate(inputs: list[tuple[TensorStats, bool]], result: tuple[str, ...], result_dense: bool) -> float:
+    """The speedup of a step's multiply-adds: :data:`DENSE_STEP_SPEEDUP` for a matrix-product
+    shape (two dense operands sharing one summed index, a dense result of rank 2 or more:
+    what the hand-written contraction serves), else 1."""
+    if not result_dense or len(inputs) != 2 or len(result) < 2 or not all(d for _, d in inputs):
+        return 1.0
+    (a, _), (b, _) = inputs
+    summed = (set(a.indices) & set(b.indices)) - set(result)
+    return DENSE_STEP_SPEEDUP if len(summed) == 1 else 1.0
 
 
 def dense_is_cheaper(t: TensorStats, itemsize: int) -> bool:

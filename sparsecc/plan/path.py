@@ -180,8 +180,9 @@ class Search:
             dense = self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize)
             if not dense and not indices:
                 return None         # a scalar stored sparse: no such format
-        step = _cost.step_cost([(a.stats, a.dense), (b.stats, b.dense)], st, dense, join_size(a.stats, b.stats),
-                               self.itemsize)
+        kids = [(a.stats, a.dense), (b.stats, b.dense)]
+        products = join_size(_cost.stored(a.stats, a.dense), _cost.stored(b.stats, b.dense))
+        step = _cost.step_cost(kids, st, dense, products / _cost.dense_rate(kids, indices, dense), self.itemsize)
         return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
 
 

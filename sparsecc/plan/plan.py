@@ -364,6 +364,57 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
     total = _cost.ZERO
     result_dense = result_format == "dense"
 
+    parent: dict[int, tuple] = {}
+
+    def parents(node):
+        if not isinstance(node, int):
+            for c in node:
+                parent[id(c)] = node
+                parents(c)
+    parents(tree)
+
+    def ordered(node) -> TensorStats:
+        st, idx = info[id(node)][1], order[id(node)]
+        return TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
+                           tuple(st.counts[st.indices.index(i)] for i in idx),
+                           tuple(st.nonempty[st.indices.index(i)] for i in idx))
+
+    def stored_dense(node) -> bool:
+        """A node's format as far as known: its step's, else the local rule's."""
+        if isinstance(node, int):
+            return search.leaf_dense[node]
+        if node is tree:
+            return result_dense
+        if id(node) in names:
+            return steps_by_name[names[id(node)]].format == "dense"
+        return _format(ordered(node), search.dense_allowed, itemsize) == "dense"
+
+    def step_of(node, dense: bool, given: dict) -> _cost.Cost:
+        """The cost of ``node``'s step stored ``dense``; ``given``: kids' formats by id."""
+        kids = [node[j] for j in info[("kids", id(node))]]
+        pairs = [(search.leaves[c] if isinstance(c, int) else info[id(c)][1],
+                  given.get(id(c), stored_dense(c))) for c in kids]
+        joined = _cost.stored(*pairs[0])
+        for other in pairs[1:]:
+            joined = estimate(joined, _cost.stored(*other), tuple(dict.fromkeys(joined.indices + other[0].indices)))
+        st = ordered(node)
+        return _cost.step_cost(pairs, st, dense, joined.nnz / _cost.dense_rate(pairs, st.indices, dense), itemsize)
+
+    def format_of(node) -> str:
+        """An intermediate's format: dense where the algebra allows it and its step and the
+        step reading it cost less so (the dense-intermediate rule), else sparse."""
+        st = ordered(node)
+        if search.dense_allowed(st) and not st.full:
+            up = parent[id(node)]
+
+            def both(dense: bool) -> float:
+                return (step_of(node, dense, {}).seconds
+                        + step_of(up, stored_dense(up), {id(node): dense}).seconds)
+            if both(True) < both(False):
+                return "dense"
+            return _format(st, lambda _: False, itemsize)
+        return _format(st, search.dense_allowed, itemsize)
+
     def emit(node, root):
         nonlocal total
         if isinstance(node, int):
@@ -373,13 +424,11 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
         kids = [node[j] for j in info[("kids", id(node))]]
         st = info[id(node)][1]
         idx = order[id(node)]
-        st_ordered = TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
-                                 tuple(st.counts[st.indices.index(i)] for i in idx),
-                                 tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        st_ordered = ordered(node)
         if root:
             fmt = result_format
         else:
-            fmt = _format(st_ordered, search.dense_allowed, itemsize)
+            fmt = format_of(node)
             if fmt in ("csr", "dcsr") and id(node) in transposed:
                 fmt = "csc"
         inputs, terms, kid_stats = [], [], []
@@ -400,11 +449,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             if isinstance(s, Access):
                 inputs.append(s.tensor)
         dense = fmt == "dense"
-        products = 1.0
-        joined = kid_stats[0][0]
-        for other, _ in kid_stats[1:]:
-            joined = estimate(joined, other, tuple(dict.fromkeys(joined.indices + other.indices)))
-        c = _cost.step_cost(kid_stats, st_ordered, dense, joined.nnz, itemsize)
+        c = step_of(node, dense, {id(k): d for k, (_, d) in zip(kids, kid_stats)})
         total = total + c
         out_name = stmt.output if root else f"t{len(steps)}"
         names[id(node)] = out_name
