@@ -57,3 +57,21 @@ def test_the_gnn_layer_runs_its_dense_step_through_the_contraction_kernel():
     assert [s.subscripts for s in plan.steps] == ["ij,jk->ik", "ij,jk->ik"] and plan.steps[0].inputs[0] == "#1"
     ir = k.ir("mlir", step=1)
     assert gemm.PARALLEL_CHUNK in ir and "linalg.generic" not in ir
+
+
+def test_gram_step_reads_a_transposed_operand_through_the_spgemm_kernel():
+    """``ki,k,kj->ij`` (G^T diag(w) G): its last step reads ``w * G`` transposed (the call
+    path hands it CSC), which the hand-written SpGEMM serves as the CSR of ``(i, k)``; the
+    result is the one nest's: CSR, the same pattern (stored zeros of w included), values."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(_seed("gram"))
+    G = uniform_rows(3000, 200, 8, rng)
+    w = rng.random(3000)
+    w[::7] = 0.0                                    # entries of value 0 stay stored, as the one nest's
+    k = sc.compile("ki,k,kj->ij", "csr", "dense", "csr")
+    got = k(G, w, G)
+    one = sc.einsum("ki,k,kj->ij", G, w, G, optimize=False)
+    assert isinstance(got, sp.csr_array) and len(k.last_plan.steps) == 2
+    assert (got.indptr == one.indptr).all() and (got.indices == one.indices).all()
+    np.testing.assert_allclose(got.toarray(), (G.T @ (G.multiply(w[:, None]))).toarray(), rtol=1e-12)
+    assert "linalg.generic" not in k.ir("mlir", step=2)

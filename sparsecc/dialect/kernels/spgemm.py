@@ -1,5 +1,9 @@
 """SpGEMM with CSR operands and a CSR result, hand-written: ``C[i,j] = sum[k](A[i,k] * B[k,j])``.
 
+(An operand stored CSC and read transposed - ``A[k,i]`` with ``i`` outer, ``B[j,k]`` with
+``k`` outer - has the same buffers as a CSR one in the order of the product and is served
+the same.)
+
 MLIR 22's sparsifier never parallelizes a loop that writes a sparse output, and a sparse
 result with a reduction inside goes through access-pattern expansion and a sort of every
 row's inserted coordinates.  This kernel is a two-phase Gustavson product.  Phase 1
@@ -29,7 +33,7 @@ from ...formats import Format
 from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
 from .emit import (OMP_DECLS, Text, alloc_entries, arith, csr_results, function, huge_page_decls, if_yield, ity,
                    kernel_head, loop, module, operand_params, prefix_sum, return_csr, store_maybe_nontemporal)
-from .recognize import RolePlan, csr_product, is_csr
+from .recognize import RolePlan, csr_product, is_compressed
 
 #: a row of at most this many entries is put in order by insertion sort
 INSERTION_MAX = 32
@@ -64,16 +68,26 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
         return None
     i, j, k = p.i, p.j, p.k
     a, b = p.factors
-    if a.indices == (k, j) and b.indices == (i, k):
-        a, b = b, a
+    ia, ib = _stored(a, p.formats[a.tensor]), _stored(b, p.formats[b.tensor])
+    if ia == (k, j) and ib == (i, k):
+        a, b, ia, ib = b, a, ib, ia
         first = False
     else:
         first = True
-    if a.indices != (i, k) or b.indices != (k, j):
-        return None
-    if not (is_csr(p.formats[a.tensor]) and is_csr(p.formats[b.tensor])):
+    if ia != (i, k) or ib != (k, j):
         return None
     return Plan("spgemm", (("A", a.tensor), ("B", b.tensor)), p.index_order, i, j, k, a_first=first)
+
+
+def _stored(access, f: Format) -> tuple | None:
+    """The access's indices in the order its CSR or CSC buffers store them (outer first):
+    a CSC operand read ``A[k,i]`` is a CSR one of ``(i, k)`` - its buffers are the same (the
+    planner's ``G^T @ (w * G)`` step reads ``G``'s transposed copy so); None for others."""
+    if is_compressed(f, (0, 1)):
+        return access.indices
+    if is_compressed(f, (1, 0)):
+        return access.indices[::-1]
+    return None
 
 
 def _prefetch_next(t: Text, hi: str, fa: Format, fb: Format, T: str | None) -> None:
