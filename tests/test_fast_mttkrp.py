@@ -3,7 +3,7 @@ hand-written parallel loop kernel (sparsecc/dialect/kernels/mttkrp.py): checked 
 ``numpy.einsum`` on dense copies over dtypes, coordinate widths, both COO layouts (one
 array per coordinate, or the columns of one (nnz, 3) array), empty and single-entry
 tensors, empty i-slices, ranks r = 1, 16, 33 and 70 (a heap buffer), non-canonical input,
-and 1 vs 2 threads (bitwise equal)."""
+and 1 vs 2 threads (bitwise equal); TTV ``ijk,k->ij`` and TTM ``ijk,kr->ijr`` likewise."""
 
 import subprocess
 import sys
@@ -258,3 +258,36 @@ def test_ttv_threads_bitwise_equal_and_other_modes_generic():
     got = k(T, v)
     assert sp.issparse(got) and not _handwritten(k)
     _same(got.toarray(), np.einsum("ijk,k->ij", T.toarray(), v))
+
+
+# ------------------------------------------------------------------------------ TTM
+@pytest.mark.parametrize("dtype,aos", [("float64", False), ("float64", True), ("float32", False), ("int64", False),
+                                       ("int32", True)])
+def test_ttm_matches_einsum(dtype, aos):
+    """TTM ``ijk,kr->ijr`` (the Tucker chain's first step): the same (i, j) segments, each
+    one's sums added to ``M[i,j,:]`` (r in vector blocks, a quarter block, single columns)."""
+    rng = np.random.default_rng(_seed("ttm", dtype, aos))
+    k = sc.compile("ijk,kr->ijr", out_format="dense")
+    for shape, nnz, r in (((12, 9, 7), 150, 16), ((5, 6, 4), 0, 3), ((1, 1, 1), 1, 1), ((30, 1, 40), 500, 37)):
+        T = _coo3(shape, nnz, dtype, rng, aos=aos)
+        C = random_dense((shape[2], r), dtype, rng)
+        _same(k(T, C), np.einsum("ijk,kr->ijr", T.toarray(), C))
+        assert _handwritten(k)
+
+
+def test_ttm_threads_bitwise_equal_and_other_modes_generic():
+    rng = np.random.default_rng(11)
+    T = _coo3((60, 60, 60), 20_000, "float64", rng)
+    C = rng.random((60, 16))
+    threads.set_min_parallel_work(0)
+    sc.set_num_threads(1)
+    one = sc.einsum("ijk,kr->ijr", T, C)
+    sc.set_num_threads(2)
+    two = sc.einsum("ijk,kr->ijr", T, C)
+    assert one.tobytes() == two.tobytes()
+    _same(two, np.einsum("ijk,kr->ijr", T.toarray(), C))
+    for spec in ("ijk,jr->ikr", "ijk,kr->irj"):       # the middle level summed, r not last: the sparsifier's
+        k = sc.compile(spec, out_format="dense")
+        D = C if spec.startswith("ijk,k") else rng.random((60, 16))
+        _same(k(T, D), np.einsum(spec, T.toarray(), D))
+        assert not _handwritten(k)

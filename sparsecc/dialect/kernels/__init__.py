@@ -13,6 +13,8 @@ out_format) -> plan | None`` and ``emit(plan, formats, out, dtype, parallel, fac
 * ``spmm``: ``C[i,j] = sum[k](A[i,k] * X[k,j])``, A CSR, X dense, a dense result;
 * ``mttkrp``: MTTKRP and TTV over a 3-D COO operand, dense factors and result;
 * ``union``: ``A + B``, ``A - B`` and scaled terms with a CSR/CSC result;
+* ``gemm``: dense x dense contractions ``C[..., i, j] = sum[k](X[...] * Y[..., j])`` with a
+  dense result (the planner's dense steps);
 
 and two shared modules: ``recognize`` (plans, statement shapes, formats) and ``emit`` (the
 MLIR text shapes: ``scf.if`` yields, row loops, CSR results, huge pages, the flag).

@@ -22,7 +22,9 @@ multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
   a loop that reads no positions buffer) is the stored entries, as ``SLOT == ROW_WORK``.
 
 TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` with a dense result (or ``M[j,i]``) is the same walk
-with one column, ``v`` in place of C and no B.
+with one column, ``v`` in place of C and no B; TTM ``M[i,j,r] = sum[k](A[i,j,k] * C[k,r])``
+(the planner's first step of a Tucker chain ``ijk,jr,ks->irs``) the same walk with no B,
+each segment's ``t`` added to the row ``M[i,j,:]``.
 
 A's coordinates are canonical here (sorted, distinct): the runtime's COO loaders pass a
 canonical operand as it is and sum a non-canonical one on a copy (``runtime/operands.py``);
@@ -105,7 +107,11 @@ def _match_ttv(stmt: Statement, fmts: dict) -> Plan | None:
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> Plan | None:
     """The hand-written MTTKRP (or TTV) for this specialization, or None (the sparsifier's kernel)."""
-    if out_format is not None or len(stmt.indices) != 2 or not one_kind(dtypes, _KINDS):
+    if out_format is not None or not one_kind(dtypes, _KINDS):
+        return None
+    if len(stmt.operands) == 2 and len(stmt.indices) == 3:
+        return _match_ttm(stmt, dict(zip(stmt.operands, formats)))
+    if len(stmt.indices) != 2:
         return None
     if len(stmt.operands) == 2:
         return _match_ttv(stmt, dict(zip(stmt.operands, formats)))
@@ -143,6 +149,28 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                 aos=layout == "aos")
 
 
+def _match_ttm(stmt: Statement, fmts: dict) -> Plan | None:
+    """TTM ``M[i,j,r] = sum[k](A[i,j,k] * C[k,r])``: A's last index summed, C dense row-major,
+    the result in the order (i, j, r)."""
+    e = stmt.expr
+    if not plain_sum(e, 1):
+        return None
+    facs = factors(e.body)
+    if facs is None or len(facs) != 2 or len({a.tensor for a in facs}) != 2:
+        return None
+    A, C = facs if len(facs[0].indices) == 3 else facs[::-1]
+    if len(A.indices) != 3 or _coo3(fmts[A.tensor]) is None or len(set(A.indices)) != 3 or len(C.indices) != 2:
+        return None
+    i, j, k = A.indices
+    r = C.indices[1]
+    if C.indices[0] != k or r in A.indices or e.indices != (k,) or stmt.indices != (i, j, r):
+        return None
+    if not is_dense_rowmajor(fmts[C.tensor]):
+        return None
+    return Plan("ttm", (("A", A.tensor), ("C", C.tensor)), index_order(stmt), i, j, k, r,
+                b_t=False, c_t=False, m_t=False, aos=_coo3(fmts[A.tensor]) == "aos")
+
+
 def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bool, facts: TargetFacts) -> str:
     """The MLIR module (module docstring); ``formats`` by operand name, widths resolved
     (``out``: None, a dense result; ``facts``: nothing here depends on them)."""
@@ -155,7 +183,8 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     lanes = VECTOR_BYTES // row.numpy.itemsize
     # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
     # one; a transposed factor or result is read column by column
-    ttv = plan.kind == "ttv"
+    ttv, ttm = plan.kind == "ttv", plan.kind == "ttm"
+    M3 = f"memref<?x?x?x{T}>"
     widths = (lanes, max(lanes // 4, 1), 1) if not (plan.b_t or plan.c_t or plan.m_t or ttv) else (1,)
     widths = tuple(dict.fromkeys(widths))
 
@@ -169,10 +198,10 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
                       [f"%A_val: {VT}", f"%A_spec: {spec_type(3, len(crds) + 2)}"]
         else:
             params.append(f"%{rl}: {VT if rl == 'V' else MT}")
-    params.append(f"%M: {MT}")
+    params.append(f"%M: {M3 if ttm else MT}")
     crds = ["%A_crd"] if plan.aos else ["%A_crd0", "%A_crd1", "%A_crd2"]
-    dense = [("%V", VT)] if ttv else [("%B", MT), ("%C", MT)]
-    dense.append(("%M", MT))
+    dense = [("%V", VT)] if ttv else [("%C", MT)] if ttm else [("%B", MT), ("%C", MT)]
+    dense.append(("%M", M3 if ttm else MT))
     buf_params = ", ".join(f"{c}: {CT}" for c in crds) + f", %A_val: {VT}, " + \
         ", ".join(f"{n}: {ty}" for n, ty in dense)
     buf_args = ", ".join(crds) + ", %A_val, " + ", ".join(n for n, _ in dense)
@@ -309,6 +338,16 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
             out = s.op(arith(row, "+", mv, acc))
             s(f"  memref.store {out}, {mat} : {MT}")
             s("}")
+            continue
+        if ttm:     # M[i,j,rb:rb+w] += t
+            if w > 1:
+                mv = s.op(f"vector.load %M[{iv}, {jv}, {rb}] : {M3}, {ty}")
+                s(f"  vector.store {s.op(arith(row, '+', mv, acc, ty))}, %M[{iv}, {jv}, {rb}] : {M3}, {ty}")
+            else:
+                mv = s.op(f"memref.load %M[{iv}, {jv}, {rb}] : {M3}")
+                s(f"  memref.store {s.op(arith(row, '+', mv, acc))}, %M[{iv}, {jv}, {rb}] : {M3}")
+            s("}")
+            start = end
             continue
         if w > 1:
             bv = s.op(f"vector.load %B[{jv}, {rb}] : {MT}, {ty}")
