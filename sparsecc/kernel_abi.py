@@ -45,10 +45,13 @@ class TargetFacts:
 
     ``arch``: the processor architecture (``platform.machine()`` spelling, lower case:
     ``x86_64``, ``aarch64`` ...); ``system``: the operating system (``sys.platform``:
-    ``linux``, ``darwin`` ...).  Resolved by the compile target, never read by the emitter."""
+    ``linux``, ``darwin`` ...); ``vector_bytes``: the widest vector register the target's
+    features give (64 with AVX-512, else 32: the dense contraction sizes its register blocks
+    by it).  Resolved by the compile target, never read by the emitter."""
 
     arch: str
     system: str
+    vector_bytes: int = 32
 
     @property
     def nontemporal_stores(self) -> bool:

@@ -105,3 +105,19 @@ def test_threads_give_the_same_bits(kernel):
     two = kernel(X, Y)
     assert np.array_equal(one, two)
     _same(two, X @ Y)
+
+
+def test_blocks_follow_the_target_vector_width():
+    """The column block is two of the target's vector registers (``TargetFacts.vector_bytes``,
+    from its features), never the host's: 8 float64 lanes for AVX2, 16 for AVX-512."""
+    from sparsecc.formats import Format
+    from sparsecc.kernel_abi import TargetFacts
+    from sparsecc.parse import parse_einsum
+    stmt = parse_einsum("ik,kj->ij", 2)
+    formats = (Format.dense(2), Format.dense(2))
+    plan = gemm.match(stmt, formats, ("float64",) * 2, None)
+    fmts = dict(zip(stmt.operands, formats))
+    narrow = gemm.emit(plan, fmts, None, "float64", True, TargetFacts("x86_64", "linux", 32))
+    wide = gemm.emit(plan, fmts, None, "float64", True, TargetFacts("x86_64", "linux", 64))
+    assert "vector<8xf64>" in narrow and "vector<16xf64>" not in narrow
+    assert "vector<16xf64>" in wide and "vector<8xf64>" not in wide

@@ -157,7 +157,8 @@ def _machine() -> dict:
 
 
 def _machine_facts(target: Target) -> TargetFacts:
-    return TargetFacts(arch=target.param("arch"), system=target.param("system"))
+    wide = "+avx512f" in target.param("features").split(",")
+    return TargetFacts(arch=target.param("arch"), system=target.param("system"), vector_bytes=64 if wide else 32)
 
 
 @lru_cache(maxsize=None)

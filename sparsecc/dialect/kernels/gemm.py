@@ -12,7 +12,8 @@ result, where:
 MLIR's sparsifier makes this the loop ``for i, for j, for k: C[i,j] += X[i,k] * Y[k,j]``
 with the sum in memory.  This kernel instead
 
-* computes a block of ``ROWS`` rows (``i``) by ``BLOCK_BYTES`` of columns (``j``) at a time,
+* computes a block of ``ROWS`` rows (``i``) by ``BLOCK_REGISTERS`` vector registers of
+  columns (``j``; the target's width, ``TargetFacts.vector_bytes``) at a time,
   the ``ROWS`` accumulators in vector registers (``vector<W x T>``; LLVM splits a wide one
   into the machine's registers) while it walks ``k``: each ``vector.load`` of Y's row is
   used ``ROWS`` times, each element of X is broadcast once per column block (``math.fma``
@@ -46,10 +47,12 @@ from ...kernel_abi import PARALLEL_CHUNK, TargetFacts
 from .emit import Text, kernel_head, module, multiply_add
 from .recognize import RolePlan, index_order, one_kind, plain_sum
 
-#: the columns of one block: 64 bytes (8 float64, 16 float32), one AVX-512 or two AVX2 registers
-BLOCK_BYTES = 64
-#: the rows of one block, each with its accumulator of BLOCK_BYTES: 6 x 2 AVX2 registers
-#: of 16 leave room for Y's row and the broadcast
+#: the columns of one block, in vector registers of the target (``TargetFacts.vector_bytes``):
+#: two of them (AVX2: 64 bytes, 8 float64; AVX-512: 128 bytes).  Measured, 100k x 128 x 32
+#: float64, 1 thread, AVX-512 machine (best of 5, interleaved): 128 bytes 49 ms, 64 bytes 59
+BLOCK_REGISTERS = 2
+#: the rows of one block, each with its accumulator of two registers: 12 of the 16 (AVX2)
+#: or 32 (AVX-512) registers, leaving room for Y's row and the broadcast
 ROWS = 6
 #: multiply-adds per unit of the thread-count rewrite's work measure (a unit: about one
 #: stored entry of SpMV, ~1-2 ns; a register-blocked multiply-add is ~0.1 ns)
@@ -117,7 +120,7 @@ def _memref(rank: int, T: str) -> str:
 
 def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bool, facts: TargetFacts) -> str:
     """The MLIR module (module docstring); ``formats`` by operand name, ``out`` None (a
-    dense result); nothing here depends on ``facts``."""
+    dense result); ``facts``: the target's vector width sizes the column blocks."""
     row = dt.TABLE[dtype]
     T = row.storage
     vec = row.kind != "complex"
@@ -130,7 +133,7 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     size = {ix: f"%size_{ix}" for ix in plan.index_order}
     batch, i, j, k = plan.out[:-2], plan.out[-2], plan.out[-1], plan.k
     R = ROWS if vec else 1
-    W = max(1, BLOCK_BYTES // row.numpy.itemsize) if vec else 1
+    W = max(1, BLOCK_REGISTERS * facts.vector_bytes // row.numpy.itemsize) if vec else 1
 
     t = Text()
     t.index_constants()
