@@ -77,6 +77,7 @@ def test_every_output_entry_is_written(kernel):
     ("bik,bkj->bij", [(3, 13, 5), (3, 5, 17)]),     # batched matmul
     ("ki,kj->ij", [(9, 14), (9, 10)]),              # X^T @ Y
     ("kib,kj->bij", [(4, 7, 3), (4, 9)]),
+    ("ik,bkj->bij", [(5, 4), (3, 4, 9)]),          # a batch index of Y only
 ])
 def test_spellings(expr, shapes):
     rng = np.random.default_rng(_seed(expr))
