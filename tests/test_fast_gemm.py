@@ -15,7 +15,8 @@ from conftest import seed as _seed
 
 pytestmark = pytest.mark.usefixtures("restore_threads")     # conftest.py
 
-DTYPES = ["float64", "float32", "int64", "int32", "complex128"]
+SLOW = pytest.mark.slow
+DTYPES = ["float64", pytest.param("float32", marks=SLOW), "int64", pytest.param("int32", marks=SLOW), "complex128"]
 # (m, k, n): one row / one column, empty m, k, n, and remainders of ROWS and of the column block
 SHAPES = [(1, 5, 1), (1, 9, 37), (23, 4, 1), (0, 3, 4), (5, 0, 3), (4, 6, 0), (gemm.ROWS, 8, 16),
           (2 * gemm.ROWS + 1, 7, 19), (13, 31, 35)]
@@ -75,9 +76,9 @@ def test_every_output_entry_is_written(kernel):
 @pytest.mark.parametrize("expr,shapes", [
     ("ijk,jl->ikl", [(5, 7, 13), (7, 11)]),         # the Tucker chain's dense step: a batch index, X "transposed"
     ("bik,bkj->bij", [(3, 13, 5), (3, 5, 17)]),     # batched matmul
-    ("ki,kj->ij", [(9, 14), (9, 10)]),              # X^T @ Y
-    ("kib,kj->bij", [(4, 7, 3), (4, 9)]),
-    ("ik,bkj->bij", [(5, 4), (3, 4, 9)]),          # a batch index of Y only
+    pytest.param("ki,kj->ij", [(9, 14), (9, 10)], marks=SLOW),              # X^T @ Y
+    pytest.param("kib,kj->bij", [(4, 7, 3), (4, 9)], marks=SLOW),
+    pytest.param("ik,bkj->bij", [(5, 4), (3, 4, 9)], marks=SLOW),          # a batch index of Y only
 ])
 def test_spellings(expr, shapes):
     rng = np.random.default_rng(_seed(expr))

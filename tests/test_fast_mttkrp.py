@@ -261,8 +261,9 @@ def test_ttv_threads_bitwise_equal_and_other_modes_generic():
 
 
 # ------------------------------------------------------------------------------ TTM
-@pytest.mark.parametrize("dtype,aos", [("float64", False), ("float64", True), ("float32", False), ("int64", False),
-                                       ("int32", True)])
+@pytest.mark.parametrize("dtype,aos", [("float64", False), pytest.param("float64", True, marks=pytest.mark.slow),
+                                       pytest.param("float32", False, marks=pytest.mark.slow),
+                                       pytest.param("int64", False, marks=pytest.mark.slow), ("int32", True)])
 def test_ttm_matches_einsum(dtype, aos):
     """TTM ``ijk,kr->ijr`` (the Tucker chain's first step): the same (i, j) segments, each
     one's sums added to ``M[i,j,:]`` (r in vector blocks, a quarter block, single columns)."""
