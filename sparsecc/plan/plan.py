@@ -21,8 +21,9 @@ How a plan is chosen (docs/planning.md):
 
 Each intermediate's index order follows the loop order of the step that reads it (its
 indices shared with the reading step's outer operand first), and its format is ``dense``
-where that moves fewer bytes and the algebra allows it (a NumPy sum whose result is dense,
-or a product of dense operands), else ``csr``/``dcsr`` (rank 2; DCSR where few rows are
+where the algebra allows it (a NumPy sum whose result is dense, or a product of dense
+operands) and its step and the step reading it cost less so (``format_of``: the reading
+step's products count a dense intermediate's zeros), else ``csr``/``dcsr`` (rank 2; DCSR where few rows are
 non-empty) or ``coo`` (rank 1 and 3+): a sparse result, or a semiring's product over stored
 entries, keeps every intermediate's pattern, so the result stores exactly the entries the
 one nest stores.  Plans are deterministic: the same statistics give the same plan.
