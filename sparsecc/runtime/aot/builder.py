@@ -20,6 +20,7 @@ from ... import dtypes as dt
 from ...errors import CompileError, FormatError, SparseccError
 from ...formats import resolve
 from .cwrapper import _c_dispatch, _c_kernel, _c_source, _header, symbol_problem, wrapper_problem
+from .derivative_c import derivative_c, table_asm, tables
 from .manifest import MANIFEST_VERSION, spec_digest, statement_to_json
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -28,7 +29,8 @@ _names = itertools.count()
 
 # ----------------------------------------------------------------------------- build
 def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width: int = 32,
-          cpu: str | None = None, cc: str | None = None, device: str | None = None) -> str:
+          cpu: str | None = None, cc: str | None = None, device: str | None = None,
+          derivatives: dict | None = None) -> str:
     """Compile ``kernels`` (name -> ``sc.compile(...)`` kernel) into ``outdir/lib<name>.so``
     with ``<name>.h`` and ``<name>.json``; returns the library's path.
 
@@ -47,6 +49,11 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     ``libmlir_cuda_runtime.so`` (run path: the library's own folder, then the runtime's folder
     in the MLIR tools package); the C ABI takes host pointers, as for CPU kernels
     (docs/gpu.md "Ahead of time").
+
+    ``derivatives``: ``{kernel: record}`` for the kernels that are derivative statements
+    (``sc.aot.build`` makes them from ``sc.jacobian``/``sc.hessian``): their ``_pattern`` and
+    ``_values`` entry points and, for a pattern fixed at build time, its tables
+    (``derivative_c.py``).
     """
     from ..fast_paths import sized_by_dimension
     from ..kernel import compile_specialization
@@ -72,6 +79,8 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     ir = {}
     decls, defs = [], []
     cuda_kernels = []
+    derivatives = derivatives or {}
+    table_files = {}
     with tempfile.TemporaryDirectory(prefix="sparsecc-aot-") as tmp:
         objects = []
         for kname, k, kdev, stmt, dts, fmts, out_fmt, options in plans:
@@ -119,10 +128,25 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     **({"kernel": chosen["kernel"], "fills_output": chosen["fills_output"]}
                        if "kernel" in chosen else {}),
                     **{f: chosen[f] for f in ("guarded", "huge_dimensions") if f in chosen}}
+            if kname in derivatives:
+                spec["derivative"] = derivative_record(derivatives[kname])
             manifest["kernels"][kname] = spec
             decl, definition = _c_kernel(name, kname, spec)
             decls.append(decl)
             defs.append(definition)
+            if kname in derivatives:
+                decl, definition = derivative_c(name, kname, spec, derivatives[kname])
+                decls.append(decl)
+                defs.append(definition)
+                for sym, data in tables(name, kname, spec, derivatives[kname]).items():
+                    table_files[sym] = os.path.join(tmp, f"{sym}.bin")
+                    with open(table_files[sym], "wb") as f:
+                        f.write(data)
+        if table_files:
+            asm = os.path.join(tmp, f"{name}_tables.s")
+            with open(asm, "w") as f:
+                f.write(table_asm(table_files))
+            objects.append(asm)
         header = _header(name, decls)
         with open(os.path.join(tmp, f"{name}.h"), "w") as f:
             f.write(header)
@@ -195,6 +219,21 @@ def _plan(lib: str, kname: str, k, dtype, index_width: int, cpu, device):
     if problem:
         raise SparseccError(f"library {lib!r}: {problem}")
     return kname, k, kdev, stmt, dts, fmts, out_fmt, options
+
+
+def derivative_record(info: dict) -> dict:
+    """What the manifest records of a derivative kernel (the pattern's size and digest, not
+    its tables: they are in the library)."""
+    rec = {k: info.get(k) for k in ("kind", "of", "wrt", "layout", "triangle", "delta", "delta_index")}
+    rec["aliases"] = dict(info.get("aliases", {}))
+    pat = info.get("pattern")
+    rec["pattern"] = "fixed" if pat is not None else "operands"
+    if pat is not None:
+        h = hashlib.sha256()
+        for a in pat:
+            h.update(np.ascontiguousarray(a, np.int64).tobytes())
+        rec.update(shape=list(info["shape"]), nnz=int(len(pat[1])), pattern_sha256=h.hexdigest())
+    return rec
 
 
 def _c_operand(op: str) -> str:

@@ -32,11 +32,20 @@ _WRAPPER_NAMES = frozenset({"int8_t", "int32_t", "int64_t", "size_t", "memset", 
                             "argv", "k", "res", "out", "d_out"} | {f"memref{r}" for r in range(9)})
 
 
+#: the global names a derivative kernel adds (derivative_c.py): its entries and tables, and
+#: its size macros (upper case)
+DERIVATIVE_SUFFIXES = ("_values", "_pattern", "_row_ptr", "_col_ptr", "_row_ind", "_col_ind", "__run")
+DERIVATIVE_MACROS = ("_NROWS", "_NCOLS", "_NNZ")
+
+
 def library_symbols(lib: str, kname: str) -> list[str]:
     """The global names kernel ``kname`` of library ``lib`` defines: its C entry point, its
-    packed entry (and a SpGEMM's two forms), the digest of its manifest entry."""
+    packed entry (and a SpGEMM's two forms), the digest of its manifest entry, and what a
+    derivative kernel adds (its ``_values``/``_pattern`` entries, tables and size macros:
+    reserved for every kernel, so no two kernels' names collide through them)."""
     fn = f"{lib}_{kname}"
-    return [fn, f"{fn}_entry", f"{fn}_entry_loops", f"{fn}_entry_sparsifier", f"{fn}_spec_sha256"]
+    return [fn, f"{fn}_entry", f"{fn}_entry_loops", f"{fn}_entry_sparsifier", f"{fn}_spec_sha256",
+            *(fn + s for s in DERIVATIVE_SUFFIXES), *(fn.upper() + m for m in DERIVATIVE_MACROS)]
 
 
 def symbol_problem(lib: str, knames) -> str | None:

@@ -108,7 +108,8 @@ _OPERAND = {"name": _STR, "key": _STR, "format": _STR, "format_name": _OPT_STR, 
 _KERNEL = {"source": _STR, "statement": _STR, "stmt": (dict,), "operands": "operands", "index_order": "names",
            "out_indices": "names", "out_dtype": _STR, "out_format": _OPT_STR, "entry": _STR}
 _KERNEL_OPTIONAL = {"prune": _BOOL, "kernel": _STR, "fills_output": _BOOL, "guarded": "ints",
-                    "huge_dimensions": _STR, "device": _STR, "gpu_arch": _STR}
+                    "huge_dimensions": _STR, "device": _STR, "gpu_arch": _STR,
+                    "derivative": (dict,)}
 _DIGEST = {"size": _INT, "sha256": _STR}
 
 
