@@ -70,6 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "thread and all cores")
     p.add_argument("--lazy-scale", type=float, default=1.0,
                    help="with --lazy: multiply the rows' sizes by this (1: the issue's sizes)")
+    p.add_argument("--derivatives", action="store_true",
+                   help="the derivative rows instead (issue 26: Bratu Jacobian vs CasADi, least-squares Hessian "
+                        "and Hessian-vector product vs SciPy; bench/derivative_rows.py)")
+    p.add_argument("--derivatives-scale", type=float, default=1.0,
+                   help="with --derivatives: multiply the grid side and A's dimensions by this (1: the issue's sizes)")
     p.add_argument("--no-fwd-bwd", action="store_true",
                    help="skip the forward+backward rows (sparsecc.torch against torch.sparse; they run "
                         "when torch is installed and --kernels is not given)")
@@ -78,6 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     """Run the suite for parsed ``args``; returns the exit status (1 when a check FAILED)."""
     out = out or sys.stdout
+    if getattr(args, "derivatives", False):
+        return _derivatives(args, out)
     threads = args.threads or all_cores()
     if getattr(args, "lazy", False):
         from . import lazy_rows
@@ -206,6 +213,41 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     written = [p for p in (args.json, args.png, getattr(args, "markdown", None)) if p]
     if written:
         print(f"wrote {', '.join(written)}", file=out)
+    return 1 if failed else 0
+
+
+def _derivatives(args, out) -> int:
+    """The derivative rows (bench/derivative_rows.py): a table, the JSON; 1 when a check failed."""
+    from . import derivative_rows
+    if args.cache_dir:
+        os.environ["SPARSECC_CACHE_DIR"] = args.cache_dir
+    scale = getattr(args, "derivatives_scale", 1.0)
+    # --repeat: the interleaved rounds (each side keeps its best); --small: short samples
+    rs = derivative_rows.rows(scale, rounds=args.repeat or (2 if args.small else 3),
+                              budget=0.02 if args.small else 0.5, seed=args.seed)
+    text = derivative_rows.table(rs)
+    print(f"derivatives (issue 26), scale {scale:g}; ratio = sparsecc / peer (below 1: sparsecc faster)\n" + text,
+          file=out, flush=True)
+    failed = [r["id"] for r in rs if not r["ok"]]
+    if args.json:
+        import scipy
+
+        import sparsecc as sc
+        casadi = derivative_rows._casadi()
+        machine = {"cpu": cpu_model(), "cores": all_cores(), "platform": platform.platform(),
+                   "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                   "casadi": getattr(casadi, "__version__", None), "sparsecc": sc.__version__,
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "loadavg": list(os.getloadavg())}
+        report = {"schema": SCHEMA, "machine": machine,
+                  "config": {"derivatives": True, "derivatives_scale": scale, "seed": args.seed},
+                  "derivatives": rs, "summary": {"failed": failed}}
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=float)
+    if getattr(args, "markdown", None):
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    if failed:
+        print(f"FAILED (wrong result): {', '.join(failed)}", file=out)
     return 1 if failed else 0
 
 
