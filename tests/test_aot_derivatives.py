@@ -2,6 +2,7 @@
 the pattern tables and the values entry points, read and called from a C program compiled
 with the system's C compiler against the generated header, compared with the JIT kernels."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -173,10 +174,18 @@ def test_operand_read_transposed(built):
 
 def test_manifest_and_load(built):
     lib = sc.aot.load(built["out"])
-    rec = lib.kernels and __import__("json").load(open(os.path.join(built["out"], "dl.json")))["kernels"]
+    with open(os.path.join(built["out"], "dl.json")) as f:
+        rec = json.load(f)["kernels"]
     assert rec["J"]["derivative"]["pattern"] == "fixed" and rec["Jc"]["derivative"]["pattern"] == "operands"
     assert rec["H"]["derivative"]["triangle"] == "lower"
     assert rec["J"]["derivative"]["nnz"] == len(built["J"].pattern(L=built["L"])[1])
+    # from Python the library gives the derivative statement's kernel, the identity an operand
+    L, u, lam = built["L"], built["u"], built["lam"]
+    n = L.shape[0]
+    got = lib.J(L=L, u=u, lam=np.float64(lam), Id_=sp.identity(n, format="csr"))
+    want = built["J"](L=L, u=u, lam=lam, f=np.zeros(n))
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-15)
 
 
 def test_refused():
