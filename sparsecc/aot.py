@@ -43,6 +43,9 @@ class Derivative:
             raise SparseccError(f"triangle must be None, 'lower' or 'upper', got {triangle!r}")
         if triangle is not None and not isinstance(derivative, Hessian):
             raise SparseccError("triangle= is for Hessians (a Jacobian is not symmetric)")
+        if getattr(derivative, "tensor", None) is not None:
+            raise SparseccError(f"{derivative!r}: Jacobians with respect to stored values or of matrix results "
+                                f"are not built ahead of time yet (vector results, dense vector wrt)")
         if derivative.statement is None:
             raise SparseccError(f"{derivative!r} is identically zero: nothing to build")
         self.derivative, self.layout, self.triangle = derivative, layout, triangle
