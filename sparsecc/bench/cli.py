@@ -222,24 +222,33 @@ def _derivatives(args, out) -> int:
     if args.cache_dir:
         os.environ["SPARSECC_CACHE_DIR"] = args.cache_dir
     scale = getattr(args, "derivatives_scale", 1.0)
-    # --repeat: the interleaved rounds (each side keeps its best); --small: short samples
-    rs = derivative_rows.rows(scale, rounds=args.repeat or (2 if args.small else 3),
-                              budget=0.02 if args.small else 0.5, seed=args.seed)
+    # one thread unless --threads says otherwise: the peers (CasADi's VM, SciPy) run on one,
+    # and a parallel region on a loaded machine waits for its slowest thread
+    import sparsecc as sc
+    threads = args.threads or 1
+    before = sc.get_num_threads()
+    sc.set_num_threads(threads)
+    try:
+        # --repeat: the interleaved rounds (each side keeps its best); --small: short samples
+        rs = derivative_rows.rows(scale, rounds=args.repeat or (2 if args.small else 3),
+                                  budget=0.02 if args.small else 0.5, seed=args.seed)
+    finally:
+        sc.set_num_threads(before)
     text = derivative_rows.table(rs)
-    print(f"derivatives (issue 26), scale {scale:g}; ratio = sparsecc / peer (below 1: sparsecc faster)\n" + text,
+    print(f"derivatives (issue 26), scale {scale:g}, sparsecc on {threads} thread(s); ratio = sparsecc / peer (below 1: sparsecc faster)\n" + text,
           file=out, flush=True)
     failed = [r["id"] for r in rs if not r["ok"]]
     if args.json:
         import scipy
 
-        import sparsecc as sc
         casadi = derivative_rows._casadi()
         machine = {"cpu": cpu_model(), "cores": all_cores(), "platform": platform.platform(),
                    "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
                    "casadi": getattr(casadi, "__version__", None), "sparsecc": sc.__version__,
                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "loadavg": list(os.getloadavg())}
         report = {"schema": SCHEMA, "machine": machine,
-                  "config": {"derivatives": True, "derivatives_scale": scale, "seed": args.seed},
+                  "config": {"derivatives": True, "derivatives_scale": scale, "seed": args.seed,
+                             "threads": threads, "rounds": args.repeat or (2 if args.small else 3)},
                   "derivatives": rs, "summary": {"failed": failed}}
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1, default=float)

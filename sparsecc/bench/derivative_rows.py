@@ -20,7 +20,8 @@ Rows:
 - **Hessian-vector product** of the same objective: ``sc.hvp`` against ``A.T @ (A @ v)`` (<= 1.2x).
 
 Every row checks both sides agree before timing. The sides run interleaved, round after
-round, each keeping its best median (the machine's load moves both alike). This is a
+round, each keeping its best median (the machine's load moves both alike). sparsecc runs on
+one thread unless ``--threads`` says otherwise (the peers run on one). This is a
 benchmark, not a test: nothing asserts a time.
 """
 
