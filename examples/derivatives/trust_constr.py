@@ -27,7 +27,8 @@ H = sc.hessian(statement, wrt="x")
 hvp = sc.hvp(statement, wrt="x")
 print("Hessian statement:", H.statement)
 
-indptr, indices = H.pattern(A=A)
+indptr, indices = H.pattern(A=A)   # stores every entry today (a contraction plus a diagonal into a
+#                                   sparse result: a kernel defect; the values on it are right)
 print(f"Hessian pattern: {n} x {n}, {len(indices)} stored entries")
 
 
