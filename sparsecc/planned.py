@@ -43,6 +43,9 @@ from .runtime import call as _call
 from .runtime.kernel import Kernel
 from .runtime.operands import as_operand
 from .runtime.validate import validate
+from . import planned_fast as _fast
+from .planned_fast import MISS as _MISS
+from .planned_fast import stored as _stored
 
 #: how an intermediate of each plan format is given to the step that reads it
 _READ_AS = {"dense": None, "csr": None, "csc": None, "coo": None, "dcsr": "dcsr"}
@@ -76,6 +79,8 @@ def attach(kernel: Kernel, optimize) -> None:
     kernel._last_sizes = None
     kernel._last_steps = ()
     kernel._planned_last = False
+    kernel._fast = None         # the repeated call of the class called last (planned_fast.py)
+    kernel._fasts = {}          # by statistics class
     kernel.__class__ = PlannedKernel
 
 
@@ -109,6 +114,14 @@ class PlannedKernel(Kernel):
     (from 1) of the last planned call."""
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None and not kwargs:
+            out = fast(self, args)      # planned_fast.py: the class's repeated call, or MISS
+            if out is not _MISS:
+                return out
+        return self._call_general(args, kwargs)
+
+    def _call_general(self, args, kwargs):
         self._planned_last = False
         self._last_plan = None
         ops = args
@@ -122,14 +135,28 @@ class PlannedKernel(Kernel):
                 break
         if self._library is not None:
             return _call.call(self, *args, **kwargs)
-        plan = self._plans.get(_class_key(ops))
+        key = _class_key(ops)
+        plan = self._plans.get(key)
         if plan is None:
             plan = self._plan_for(ops)
         if plan.single:
             out = _call.call(self, *ops)
             self._last_plan, self._last_sizes = plan, [_stored(out)]
+            self._install(key, plan, ())
             return out
-        return self._run(plan, ops)
+        out = self._run(plan, ops)
+        self._install(key, plan, self._runs[(id(plan), tuple(x.dtype for x in ops))])
+        return out
+
+    def _install(self, key, plan: Plan, ready) -> None:
+        """Make the next call of class ``key`` take its repeated call (``planned_fast``)."""
+        fast = self._fasts.get(key)
+        if fast is None:
+            fast = _fast.build(self, key, plan, *ready)
+            if fast is None:
+                return
+            self._fasts[key] = fast
+        self._fast = fast
 
     def last_formats(self):
         """As ``Kernel.last_formats``; after a planned call, its last step's."""
@@ -286,11 +313,6 @@ class PlannedKernel(Kernel):
         if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step <= len(steps):
             raise SparseccError(f"step={step!r}: the last plan has steps 1..{len(steps)}")
         return steps[step - 1].ir(stage)
-
-
-def _stored(x) -> int:
-    """The entries ``x`` stores (a dense array: every element; a scalar: 1)."""
-    return int(x.nnz) if sp.issparse(x) else int(np.size(x))
 
 
 def _step_kernel(step, fmts, out_format, options, prune, check) -> Kernel:

@@ -1,0 +1,177 @@
+"""The repeated planned call: straight-line Python for the calls of one statistics class.
+
+A planned kernel (``planned.py``) keeps, per statistics class of its operands
+(``planned._class_key``), a function ``fast(kernel, args)`` that :func:`build` writes once
+the class has been planned and run.  It returns ``MISS`` (and the planned kernel's general
+call runs: bind, class key, plan lookup or planning) unless the call's operands, given by
+position, fall in exactly that class: the same types (NumPy arrays, CSR/CSC/COO), the same
+value dtypes (by identity), ranks, the bit length of every dimension and, for a sparse
+operand, of its elements per stored entry - the tests ``_class_key`` makes, written out as
+comparisons against the class's bounds.  Then it runs the plan's steps with no lists or
+dicts: operands converted to the result's dtype where the class says so, each step kernel
+through its own repeated-call path (``runtime/fast_call.py``: it validates its operands
+before its native code runs, as every call does; anything that path declines takes the step
+kernel's general path), each intermediate a local, and records the plan and each step's
+stored entries as the general call does (``k.last_plan``).
+
+A one-step plan's function calls the kernel's own repeated-call path (its one nest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .runtime import call as _callmod
+
+MISS = _callmod.MISS
+
+_COMPRESSED = frozenset({sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix})
+_COO = frozenset({sp.coo_array, sp.coo_matrix})
+#: a compiled kernel's sparse results: their value buffers are exactly their entries
+#: (``results.adopt_buffers`` keeps each buffer's used size)
+_RESULT_TYPES = _COMPRESSED | _COO
+
+
+def _shape_attr() -> bool:
+    """Whether SciPy's sparse arrays keep their shape in ``_shape`` (what their ``shape``
+    property returns: read directly, it costs a third of the property; checked, not assumed)."""
+    try:
+        return all(t((np.zeros(2), (np.array([0, 1]), np.array([1, 2]))), shape=(2, 3))._shape == (2, 3)
+                   for t in _COMPRESSED | _COO)
+    except Exception:       # noqa: BLE001 - another SciPy: the property
+        return False
+
+
+_SHAPE_ATTR = _shape_attr()
+
+
+def _bounds(bits: int) -> tuple[int, int]:
+    """``lo, hi`` with ``lo <= n < hi`` exactly when ``n.bit_length() == bits`` (n >= 0)."""
+    return (1 << bits) >> 1, 1 << bits
+
+
+def _class_checks(key, names, consts) -> list[str] | None:
+    """The lines that return ``_MISS`` unless operands ``names`` are of class ``key``
+    (``planned._class_key``), or None where a class is not one this path covers."""
+    lines = []
+    for k, (a, entry) in enumerate(zip(names, key)):
+        t, dtype, dim_bits = entry[0], entry[1], entry[2]
+        consts[f"_T{k}"], consts[f"_DT{k}"] = t, dtype
+        r = len(dim_bits)
+        dims = [f"d{k}_{d}" for d in range(r)]
+        if t is np.ndarray:
+            lines += [f"if type({a}) is not _ndarray or {a}.dtype is not _DT{k}:", "    return _MISS"]
+        elif t in _COMPRESSED or t in _COO:
+            lines += [f"if type({a}) is not _T{k}:", "    return _MISS",
+                      f"v{k} = {a}.data",
+                      f"if v{k}.dtype is not _DT{k}:", "    return _MISS"]
+        else:
+            return None
+        shape = "shape" if t is np.ndarray or not _SHAPE_ATTR else "_shape"
+        if r:               # (another rank: the unpacking's ValueError; no buffer: AttributeError; a miss)
+            lines.append(f"{', '.join(dims)}, = {a}.{shape}")
+        else:
+            lines += [f"if {a}.{shape}:", "    return _MISS"]
+        tests = []
+        for d, bits in zip(dims, dim_bits):
+            lo, hi = _bounds(bits)
+            tests.append(f"{lo} <= {d} < {hi}")
+        if t is not np.ndarray:
+            count = f"v{k}.size" if t in _COMPRESSED else f"{a}.nnz"
+            prod = " * ".join(dims) if dims else "1"
+            lo, hi = _bounds(entry[3])
+            lines.append(f"n{k} = {count}")
+            tests.append(f"{lo} <= ({prod}) // (n{k} or 1) < {hi}")
+        if tests:
+            lines += [f"if not ({' and '.join(tests)}):", "    return _MISS"]
+    return lines
+
+
+def _size(out: str, dense: bool) -> str:
+    """The expression for the entries step result ``out`` (``dense``: of a dense format)
+    stores, as :func:`stored` counts them."""
+    if dense:
+        return f"({out}.size if type({out}) is _ndarray else _stored({out}))"
+    return f"({out}.data.size if type({out}) in _RESULT_TYPES else _stored({out}))"
+
+
+def stored(x) -> int:
+    """The entries ``x`` stores (a dense array: every element; a scalar: 1)."""
+    return int(x.nnz) if sp.issparse(x) else int(np.size(x))
+
+
+def _step_call(k: int, out: str, args: list[str]) -> list[str]:
+    """Step ``k``'s call: its kernel's repeated-call path, else its kernel's general call."""
+    tup = f"({', '.join(args)}{',' if len(args) == 1 else ''})"
+    return [f"f = _I{k}.fast",
+            f"{out} = f(_K{k}, {tup}) if f is not None else _MISS",
+            f"if {out} is _MISS:",
+            f"    {out} = _K{k}({', '.join(args)})"]
+
+
+def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
+    """``fast(kernel, args)`` for calls of class ``key`` that run ``plan`` (its step
+    ``kernels``, result dtype and whether operands are converted to it first, as
+    ``PlannedKernel._prepare_run`` gives them; a one-step plan: none), or None where the
+    class or a step kernel is not one this path covers."""
+    n = len(kernel.stmt.operands)
+    names = [f"a{k}" for k in range(n)]
+    consts = {"_MISS": MISS, "_ndarray": np.ndarray, "_callmod": _callmod, "_PLAN": plan,
+              "_RESULT_TYPES": _RESULT_TYPES, "_stored": stored}
+    checks = _class_checks(key, names, consts)
+    if checks is None or len(key) != n or kernel._library is not None:
+        return None         # (an AOT kernel's library is set when it is loaded, before any call)
+    # with the repeated-call paths off (tests spying on the general path), the general call
+    lines = [f"if len(args) != {n} or not _callmod.FAST:", "    return _MISS",
+             f"{', '.join(names)}, = args", "try:"] + [f"    {c}" for c in checks] + [
+             "except (ValueError, AttributeError):", "    return _MISS"]
+    if plan.single:
+        info = kernel._call_info
+        if info is None:
+            return None
+        consts["_I0"], consts["_general"] = info, _callmod.call
+        body = ["f = _I0.fast",
+                "out = f(kernel, args) if f is not None else _MISS",
+                "if out is _MISS:",
+                "    out = _general(kernel, *args)"]
+        return _compile(lines + _guarded(body) + [
+            "kernel._last_plan, kernel._planned_last = _PLAN, False",
+            f"kernel._last_sizes = [{_size('out', kernel.out_format is None)}]",
+            "return out"], consts)
+    env = dict(zip(kernel.stmt.operands, names))
+    if cast:
+        consts["_ODT"] = out_dtype
+        for k, a in enumerate(names):
+            if key[k][1] != out_dtype:
+                lines.append(f"{a} = {a}.astype(_ODT)")
+    body, sizes = [], []
+    for s, (step, k_) in enumerate(zip(plan.steps, kernels)):
+        if k_._call_info is None:
+            return None             # a step kernel not called yet: build after the general call
+        consts[f"_K{s}"], consts[f"_I{s}"] = k_, k_._call_info
+        out = f"t{s}"
+        body += _step_call(s, out, [env[i] for i in step.inputs])
+        env[step.output] = out
+        sizes.append(_size(out, step.format == "dense"))
+    consts["_STEPS"] = tuple(kernels)
+    lines += _guarded(body) + [
+              "kernel._last_plan, kernel._last_steps, kernel._planned_last = _PLAN, _STEPS, True",
+              f"kernel._last_sizes = [{', '.join(sizes)}]",
+              f"return {env[plan.steps[-1].output]}"]
+    return _compile(lines, consts)
+
+
+def _guarded(body: list[str]) -> list[str]:
+    """``body`` such that a step that fails leaves what the general call leaves: no last plan."""
+    return (["try:"] + [f"    {ln}" for ln in body]
+            + ["except BaseException:", "    kernel._last_plan = None", "    kernel._planned_last = False", "    raise"])
+
+
+def _compile(lines, consts):
+    source = "def fast(kernel, args):\n" + "".join(f"    {ln}\n" for ln in lines)
+    namespace = dict(consts)
+    exec(source, namespace)     # noqa: S102 - our own source, made from the plan
+    fast = namespace["fast"]
+    fast.source = source
+    return fast
