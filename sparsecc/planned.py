@@ -249,7 +249,7 @@ class PlannedKernel(Kernel):
                     f = f.with_widths(idx.dtype.itemsize * 8, idx.dtype.itemsize * 8)
                 fmts.append(f)
             out = None if rf == "dense" else resolve(rf, len(self.stmt.indices), "the result").with_widths(64, 64)
-            dtypes = tuple(self.result_dtype([x.dtype for x in values]).name for _ in values)
+            dtypes = (self.result_dtype([x.dtype for x in values]).name,) * len(values)
             facts = targets.resolve(self.options).kernel_facts()
             return fast_paths.route(self.stmt, tuple(fmts), dtypes, out, self.options.device, facts=facts) is not None
         except Exception:       # noqa: BLE001 - a format or operand the route cannot read: not hand-written

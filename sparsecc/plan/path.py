@@ -33,6 +33,11 @@ DISTRIBUTIVE = frozenset({("sum", "*"), ("plus", "*"), ("min", "+"), ("max", "+"
 MULTIPLY_NAMES = {"*": "times", "+": "plus", "min": "min", "max": "max", "and": "land", "or": "lor"}
 #: factors up to which the search is exhaustive
 EXHAUSTIVE_UP_TO = 8
+#: estimates and join sizes kept per search, by their operands' statistics (objects) and
+#: indices: pure functions of them, so a subset met again - in another split, the mask
+#: rule's search, the one nest's full join, the chosen tree's steps - is not estimated
+#: again (tests turn it off to compare)
+MEMO = True
 
 Tree = Union[int, tuple]
 
@@ -150,6 +155,28 @@ class Search:
         self.result_dense = result_dense
         self.dense_allowed = dense_allowed        # (TensorStats) -> bool
         self.n = len(leaves)
+        self._estimates: dict = {}      # (id, id, indices) -> (stats, the operands: their ids stay theirs)
+        self._joins: dict = {}          # (id, id) -> (products, the operands)
+
+    def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
+        """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
+        if not MEMO:
+            return estimate(a, b, indices)
+        key = (id(a), id(b), indices)
+        got = self._estimates.get(key)
+        if got is None:
+            got = self._estimates[key] = (estimate(a, b, indices), a, b)
+        return got[0]
+
+    def join_size(self, a: TensorStats, b: TensorStats) -> float:
+        """``stats.join_size(a, b)``, once per operands (:data:`MEMO`)."""
+        if not MEMO:
+            return join_size(a, b)
+        key = (id(a), id(b))
+        got = self._joins.get(key)
+        if got is None:
+            got = self._joins[key] = (join_size(a, b), a, b)
+        return got[0]
 
     def live(self, members: frozenset, outside: frozenset | None = None) -> tuple[str, ...]:
         """The indices a subset's result keeps: those of its factors that the output or a
@@ -166,6 +193,11 @@ class Search:
                     seen[i] = None
         return tuple(seen)
 
+    def storable(self, st: TensorStats, indices) -> bool:
+        """Whether an intermediate of statistics ``st`` on ``indices`` has a format (what
+        :meth:`combine` asks of a step that is not the root)."""
+        return bool(indices) or (self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize))
+
     def leaf(self, k: int) -> Node:
         return Node(k, self.leaves[k], self.leaf_dense[k], _cost.ZERO)
 
@@ -173,7 +205,7 @@ class Search:
         """``st``: the subset's result statistics where already estimated (its size does not
         depend on the split; estimating it again per split was most of a planning's time)."""
         if st is None:
-            st = estimate(a.stats, b.stats, indices)
+            st = self.estimate(a.stats, b.stats, tuple(indices))
         if root:
             dense = self.result_dense
         else:
@@ -187,10 +219,12 @@ class Search:
 
 
 def best_tree(search: Search, members: list[int] | None = None, output: tuple[str, ...] | None = None,
-              greedy: bool | None = None) -> Node:
+              greedy: bool | None = None, stats_only: bool = False):
     """The cheapest binary tree over ``members`` (default: every factor) producing
     ``output`` (default: the statement's): exhaustive up to :data:`EXHAUSTIVE_UP_TO`
-    factors (or ``greedy=False``), greedy beyond (or ``greedy=True``)."""
+    factors (or ``greedy=False``), greedy beyond (or ``greedy=True``).  ``stats_only`` (the
+    exhaustive search only): the statistics of that tree's result, found without rating
+    any split (None where the search is greedy)."""
     members = list(range(search.n)) if members is None else list(members)
     everything = frozenset(range(search.n))
     outside = everything - frozenset(members)
@@ -200,12 +234,18 @@ def best_tree(search: Search, members: list[int] | None = None, output: tuple[st
     try:
         if greedy is None:
             greedy = len(members) > EXHAUSTIVE_UP_TO
-        return _greedy(search, members, outside) if greedy else _exhaustive(search, members, outside)
+        if greedy:
+            return None if stats_only else _greedy(search, members, outside)
+        return _exhaustive(search, members, outside, stats_only)
     finally:
         search.output = saved
 
 
-def _exhaustive(search: Search, members: list[int], outside: frozenset) -> Node:
+def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_only: bool = False):
+    """The cheapest tree over ``members`` (dynamic programming over subsets); ``stats_only``:
+    only the statistics of its result, as that search gives them (each subset estimated from
+    its first split whose parts have a tree, the first whose result can be stored), without
+    rating a split: what the mask rule reads first."""
     best: dict[int, Node] = {}
     bit = {m: 1 << j for j, m in enumerate(members)}
     for m in members:
@@ -230,6 +270,18 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset) -> Node:
                 rest = mask ^ sub
                 a, b = best.get(sub), best.get(rest)
                 if a is not None and b is not None:
+                    if stats_only:
+                        st = search.estimate(a.stats, b.stats, tuple(indices))
+                        if root or search.storable(st, indices):
+                            best[mask] = Node(None, st, False, _cost.ZERO)
+                            break
+                        sub = (sub - 1) & mask
+                        continue
+                    # a split whose parts alone cost what the best so far costs cannot beat it
+                    # (a step costs more than nothing, and the sums round monotonically)
+                    if found is not None and (a.cost + b.cost).seconds >= found.cost.seconds:
+                        sub = (sub - 1) & mask
+                        continue
                     node = search.combine(a, b, indices, root, stats_of.get(mask))
                     if node is not None:
                         # one estimate per subset (the first split's)
@@ -239,7 +291,7 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset) -> Node:
             sub = (sub - 1) & mask
         if found is not None:
             best[mask] = found
-    return best[full]
+    return best[full].stats if stats_only else best[full]
 
 
 def _greedy(search: Search, members: list[int], outside: frozenset) -> Node:
@@ -331,7 +383,7 @@ def full_join(search: Search) -> TensorStats:
     """The statistics of every factor joined, nothing reduced (what one nest visits)."""
     st = search.leaves[0]
     for other in search.leaves[1:]:
-        st = estimate(st, other, tuple(dict.fromkeys(st.indices + other.indices)))
+        st = search.estimate(st, other, tuple(dict.fromkeys(st.indices + other.indices)))
     return st
 
 

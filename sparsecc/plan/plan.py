@@ -259,7 +259,9 @@ def _name(tensor: str) -> str:
 
 def _mask(search: _path.Search, prod: _path.Product, greedy):
     """The mask rule (module docstring): ``(mask factor, the other factors, their best
-    tree)`` where it applies, else None.  The sparsest such mask is taken."""
+    tree)`` where it applies, else None.  The sparsest such mask is taken.  Each candidate's
+    product is first estimated alone (the statistics its search would give, no split rated:
+    ``best_tree(stats_only=True)``); only the mask taken is searched in full."""
     out = set(prod.indices)
     found = None
     for z, leaf in enumerate(search.leaves):
@@ -269,16 +271,32 @@ def _mask(search: _path.Search, prod: _path.Product, greedy):
         # what the others' product keeps: their indices the mask or the output carries
         keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices
                                    if i in leaf.indices or i in out))
-        saved = (search.result_dense, search.dense_allowed)
-        search.result_dense = False                 # what it masks is never stored: rate it sparse
-        search.dense_allowed = lambda st: st.full
-        try:
-            node = _path.best_tree(search, rest, keep, greedy)
-        finally:
-            search.result_dense, search.dense_allowed = saved
-        if leaf.nnz < node.stats.nnz and (found is None or leaf.nnz < search.leaves[found[0]].nnz):
-            found = (z, rest, node)
-    return found
+        if found is not None and not leaf.nnz < search.leaves[found[0]].nnz:
+            continue
+        st = _masked_search(search, rest, keep, greedy, True)
+        if st is None:              # a greedy search: its tree gives its statistics
+            node = _masked_search(search, rest, keep, greedy, False)
+            st = node.stats
+        else:
+            node = None
+        if leaf.nnz < st.nnz:
+            found = (z, rest, keep, node)
+    if found is None:
+        return None
+    z, rest, keep, node = found
+    return z, rest, node if node is not None else _masked_search(search, rest, keep, greedy, False)
+
+
+def _masked_search(search: _path.Search, rest, keep, greedy, stats_only: bool):
+    """``best_tree`` over ``rest`` producing ``keep``, as the product a mask reads: never
+    stored, so rated sparse."""
+    saved = (search.result_dense, search.dense_allowed)
+    search.result_dense = False
+    search.dense_allowed = lambda st: st.full
+    try:
+        return _path.best_tree(search, rest, keep, greedy, stats_only)
+    finally:
+        search.result_dense, search.dense_allowed = saved
 
 
 def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> TensorStats:
@@ -300,7 +318,7 @@ def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> Te
             for m in rest:
                 need.update(search.leaves[m].indices)
             want = tuple(i for i in dict.fromkeys(st.indices + other.indices) if i in need)
-        st = estimate(st, other, want)
+        st = search.estimate(st, other, tuple(want))
     members_cache[id(tree)] = (members, st)
     return st
 
