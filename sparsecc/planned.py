@@ -138,7 +138,7 @@ class PlannedKernel(Kernel):
         key = _class_key(ops)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plan_for(ops)
+            plan = self._plans[key] = self._make_plan(ops)
         if plan.single:
             out = _call.call(self, *ops)
             self._last_plan, self._last_sizes = plan, [_stored(out)]

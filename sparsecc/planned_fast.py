@@ -120,16 +120,14 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     consts = {"_MISS": MISS, "_ndarray": np.ndarray, "_callmod": _callmod, "_PLAN": plan,
               "_RESULT_TYPES": _RESULT_TYPES, "_stored": stored}
     checks = _class_checks(key, names, consts)
-    if checks is None or len(key) != n or kernel._library is not None:
+    if checks is None or len(key) != n or kernel.from_library:
         return None         # (an AOT kernel's library is set when it is loaded, before any call)
     # with the repeated-call paths off (tests spying on the general path), the general call
     lines = [f"if len(args) != {n} or not _callmod.FAST:", "    return _MISS",
              f"{', '.join(names)}, = args", "try:"] + [f"    {c}" for c in checks] + [
              "except (ValueError, AttributeError):", "    return _MISS"]
     if plan.single:
-        info = kernel._call_info
-        if info is None:
-            return None
+        info = kernel.repeated_call()
         consts["_I0"], consts["_general"] = info, _callmod.call
         body = ["f = _I0.fast",
                 "out = f(kernel, args) if f is not None else _MISS",
@@ -147,9 +145,7 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
                 lines.append(f"{a} = {a}.astype(_ODT)")
     body, sizes = [], []
     for s, (step, k_) in enumerate(zip(plan.steps, kernels)):
-        if k_._call_info is None:
-            return None             # a step kernel not called yet: build after the general call
-        consts[f"_K{s}"], consts[f"_I{s}"] = k_, k_._call_info
+        consts[f"_K{s}"], consts[f"_I{s}"] = k_, k_.repeated_call()
         out = f"t{s}"
         body += _step_call(s, out, [env[i] for i in step.inputs])
         env[step.output] = out

@@ -241,6 +241,18 @@ class Kernel:
             info = self._call_info = _CallInfo(self.stmt)
         return info
 
+    def repeated_call(self) -> "_CallInfo":
+        """For a front end that chains this kernel's calls itself (the planner's closures,
+        ``sparsecc/planned_fast.py``): the holder whose ``fast`` is the repeated-call path of
+        the kind of call made last (``fast(kernel, args)``: the result, or ``call.MISS``
+        where the operands are not of its kind; every check still runs), None before one."""
+        return self._static()
+
+    @property
+    def from_library(self) -> bool:
+        """Whether the kernel runs an ahead-of-time library's code (``sc.aot.load``)."""
+        return self._library is not None
+
     def operand_descriptions(self) -> list[str]:
         """How errors name each operand (``"operand 0"``, ``"'A'"``), in operand order."""
         return list(self._static().whats)

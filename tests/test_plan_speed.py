@@ -1,0 +1,152 @@
+"""The planner's speed work (issue 24, rows 9): a repeated planned call of a planned
+statistics class runs its compiled closure (``sparsecc/planned_fast.py``) - no planning, no
+bind, every operand still validated by the step that reads it, a class change plans again -
+and the memoised planning (``plan/path.py``'s per-search memo, the mask rule's estimate
+first, the exact pruning of splits) gives the plans it gave before.  No timings here: the
+bench's overhead row measures them."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+from sparsecc import planned
+from sparsecc.bench.generators import uniform_rows
+from sparsecc.plan import path as plan_path
+from sparsecc.runtime.kernel import Kernel
+
+PATH = [(1, 2), (0, 1)]
+
+
+def _ops(seed=0, n=10):
+    rng = np.random.default_rng(seed)
+    return sp.csr_array(uniform_rows(n, n, 3, rng)), sp.csr_array(uniform_rows(n, n, 3, rng)), rng.random(n)
+
+
+def _oracle(A, B, x):
+    return np.einsum("ij,jk,k->i", A.toarray(), B.toarray(), x)
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)
+
+
+def _spy(monkeypatch):
+    counts = {"plan": 0, "bind": 0, "key": 0}
+    make_plan, key = planned.make_plan, planned._class_key
+
+    def counting_plan(*a, **k):
+        counts["plan"] += 1
+        return make_plan(*a, **k)
+
+    def counting_key(values):
+        counts["key"] += 1
+        return key(values)
+
+    bind = Kernel.bind
+
+    def counting_bind(self, *a, **k):
+        counts["bind"] += 1
+        return bind(self, *a, **k)
+    monkeypatch.setattr(planned, "make_plan", counting_plan)
+    monkeypatch.setattr(planned, "_class_key", counting_key)
+    monkeypatch.setattr(Kernel, "bind", counting_bind)
+    return counts
+
+
+def test_cached_planned_call_does_not_replan_or_rebind(chain, monkeypatch):
+    A, B, x = _ops(0)
+    chain(A, B, x)                          # planned (or found planned), steps prepared
+    counts = _spy(monkeypatch)
+    for seed in (1, 2, 3):                  # other operands of the same class
+        A, B, x = _ops(seed)
+        np.testing.assert_allclose(chain(A, B, x), _oracle(A, B, x))
+    assert counts == {"plan": 0, "bind": 0, "key": 0}
+    assert chain.last_plan is not None and len(chain.last_plan.steps) == 2
+    assert chain.last_plan.actual == (10, 10)
+
+
+def test_class_change_plans_again(chain, monkeypatch):
+    A, B, x = _ops(4)
+    chain(A, B, x)
+    counts = _spy(monkeypatch)
+    A2, B2, x2 = _ops(5, n=40)              # every dimension in another magnitude: another class
+    np.testing.assert_allclose(chain(A2, B2, x2), _oracle(A2, B2, x2))
+    assert counts["key"] == 1 and counts["plan"] in (0, 1)      # planned unless an earlier test did
+    assert len(chain._fasts) >= 2
+    counts.update(plan=0, key=0)
+    chain(A, B, x)                          # back to the first class: its closure, no key
+    chain(A2, B2, x2)
+    assert counts["key"] == 2 and counts["plan"] == 0           # the switch reads the key once each
+    D = sp.csr_array(np.ones((10, 10)))     # the same shapes, denser: another class
+    np.testing.assert_allclose(chain(D, B, x), _oracle(D, B, x))
+    assert counts["key"] == 3
+
+
+def test_cached_call_still_validates(chain):
+    A, B, x = _ops(6)
+    chain(A, B, x)
+    bad = A.copy()
+    bad.indices = bad.indices.copy()
+    bad.indices[0] = 10                     # past its dimension: same class, bad operand
+    with pytest.raises(sc.SparseccError):
+        chain(bad, B, x)
+    with pytest.raises(sc.SparseccError):
+        chain(A, B, x[:9])                  # a wrong size within the class: the step says so
+    np.testing.assert_allclose(chain(A, B, x), _oracle(A, B, x))
+
+
+def test_cached_call_other_kinds_take_the_general_call(chain):
+    A, B, x = _ops(7)
+    chain(A, B, x)
+    for args in ((sp.csr_matrix(A), B, x), (A, sp.coo_array(B), x), (A, B, list(x)), (A, B, x.astype(np.float32))):
+        np.testing.assert_allclose(chain(*args), _oracle(A, B, x), rtol=1e-5)
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense")         # a one-step plan (10 x 10): its own closure
+    for seed in (8, 9):
+        A, B, x = _ops(seed)
+        np.testing.assert_allclose(k(A, B, x), _oracle(A, B, x))
+    assert k._fast is not None and k.last_plan.single
+
+
+# the plans main gave before the memoised planning (recorded on these seeded operands)
+BEFORE = [
+    ('ab,bc,cd,de,ef,f->a', True, ((('#4', '#5'), 't0', 'dense'), (('#3', 't0'), 't1', 'dense'), (('#2', 't1'), 't2', 'dense'), (('#1', 't2'), 't3', 'dense'), (('#0', 't3'), 'out', 'dense'))),
+    ('ab,bc,cd,de,ef,f->a', 'greedy', ((('#4', '#5'), 't0', 'dense'), (('#3', 't0'), 't1', 'dense'), (('#2', 't1'), 't2', 'dense'), (('#1', 't2'), 't3', 'dense'), (('#0', 't3'), 'out', 'dense'))),
+    ('ij,jk,kl,lm,m->i', True, ((('#3', '#4'), 't0', 'dense'), (('#2', 't0'), 't1', 'dense'), (('#1', 't1'), 't2', 'dense'), (('#0', 't2'), 'out', 'dense'))),
+    ('ij,jk,kl,li,ij->', True, ((('#0', '#1'), 't0', 'coo'), (('#2', '#3'), 't1', 'csr'), (('#4', 't0', 't1'), 'out', 'dense'))),
+    ('ij,jk,kl,li,ij->', 'greedy', ((('#2', '#3'), 't0', 'csr'), (('#0', '#1'), 't1', 'coo'), (('#4', 't0', 't1'), 'out', 'dense'))),
+    ('ki,k,kj,jl,l->i', True, ((('#3', '#4'), 't0', 'dense'), (('#2', 't0'), 't1', 'dense'), (('#1', 't1'), 't2', 'dense'), (('#0', 't2'), 'out', 'dense'))),
+    ('ab,bc,cd,da,ac->ab', True, ((('#3', '#4'), 't0', 'coo'), (('#2', 't0'), 't1', 'csr'), (('#0', '#1', 't1'), 'out', 'csr'))),
+    ('ab,bc,cd,da,ac->ab', 'greedy', ((('#0', '#1', '#2', '#3', '#4'), 'out', 'csr'),)),
+]
+
+
+def _cases():
+    rng = np.random.default_rng(11)
+
+    def R(m, n, k):
+        return uniform_rows(m, n, k, rng)
+    return {
+        "ab,bc,cd,de,ef,f->a": [R(400, 400, 4) for _ in range(5)] + [rng.random(400)],
+        "ij,jk,kl,lm,m->i": [R(600, 200, 3), sp.coo_array(R(200, 600, 6)), R(600, 100, 2), rng.random((100, 20)),
+                             rng.random(20)],
+        "ij,jk,kl,li,ij->": [R(150, 150, 6), R(150, 150, 6), R(150, 150, 6), R(150, 150, 6), R(150, 150, 3)],
+        "ki,k,kj,jl,l->i": [R(800, 60, 6), rng.random(800), R(800, 60, 6), R(60, 40, 4), rng.random(40)],
+        "ab,bc,cd,da,ac->ab": [R(120, 120, 8), R(120, 120, 8), R(120, 120, 8), R(120, 120, 8), R(120, 120, 2)],
+    }
+
+
+def _summary(p):
+    return tuple((s.inputs, s.output, s.format) for s in p.steps)
+
+
+def test_memoised_planning_gives_the_plans_before(monkeypatch):
+    cases = _cases()
+    for expr, opt, before in BEFORE:
+        memo = sc.plan(expr, *cases[expr], optimize=opt)
+        assert _summary(memo) == before, (expr, opt)
+        monkeypatch.setattr(plan_path, "MEMO", False)
+        plain = sc.plan(expr, *cases[expr], optimize=opt)
+        monkeypatch.setattr(plan_path, "MEMO", True)
+        assert plain == memo and str(plain) == str(memo), (expr, opt)
