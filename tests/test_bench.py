@@ -356,3 +356,33 @@ def test_lazy_small_run_at_one_and_two_threads(tmp_path, capsys):
         assert x["ok"], x
         assert all(b["agrees"] for b in x["baselines"].values())
     assert r["fused_overhead"]["kernels_us"] > 0 and r["fused_overhead"]["statements"] == 2
+
+# --------------------------------------------------------------------------- row 8: random einsums
+
+def test_random_einsums_are_seeded_connected_and_bounded():
+    from sparsecc.bench.plan_random import random_expression
+    a = [random_expression(np.random.default_rng(5)) for _ in range(2)]
+    assert a[0] == a[1]                                         # seeded
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        c = random_expression(rng)
+        assert 3 <= len(c["terms"]) <= 5 and len(c["kinds"]) == len(c["terms"])
+        seen = set(c["terms"][0])
+        for t in c["terms"][1:]:                                # connected: each shares an index before it
+            assert seen & set(t)
+            seen |= set(t)
+        for t, kind in zip(c["terms"], c["kinds"]):
+            big = [i in c["big"] for i in t]
+            assert kind in ("csr", "coo", "dense") and (kind != "dense" or not all(big) or len(t) == 1)
+            assert all(1000 <= c["sizes"][i] <= 50_000 for i in t if i in c["big"])
+        assert sum(i in c["big"] for i in c["out"]) <= 2
+
+
+@pytest.mark.slow
+def test_random_einsums_small_run(tmp_path, capsys):
+    args = _args(tmp_path, kernels="random", plans=True, plans_random=2)
+    assert bench.run(args) == 0
+    r = json.loads((tmp_path / "r.json").read_text())["plan_random"]
+    assert len(r["cases"]) == 2 and not r["summary"]["failed"], r["summary"]
+    assert r["summary"]["gmean_vs_one_nest"] is not None
+    assert "random einsums (row 8)" in capsys.readouterr().out

@@ -75,9 +75,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and Hessian-vector product vs SciPy; bench/derivative_rows.py)")
     p.add_argument("--derivatives-scale", type=float, default=1.0,
                    help="with --derivatives: multiply the grid side and A's dimensions by this (1: the issue's sizes)")
+    p.add_argument("--plans-random", type=int, default=None, metavar="N",
+                   help="with --plans: row 8's random einsums, N cases (default 100, --small 3; 0: none; "
+                        "they run when --kernels is not given or names 'random')")
     p.add_argument("--no-fwd-bwd", action="store_true",
                    help="skip the forward+backward rows (sparsecc.torch against torch.sparse; they run "
                         "when torch is installed and --kernels is not given)")
+
+
+def _plan_random(args, out) -> dict | None:
+    """Row 8 (``plan_random.py``) at 1 thread, unless ``--plans-random 0`` or ``--kernels``
+    leaves it out."""
+    n = getattr(args, "plans_random", None)
+    n = (3 if args.small else 100) if n is None else n
+    if n <= 0 or (args.kernels and "random" not in args.kernels.split(",")):
+        return None
+    from .plan_random import random_rows, summary_line
+    scale = 0.05 if args.small else getattr(args, "plans_scale", 1.0)
+    print(f"random einsums (row 8): {n} cases, 1 thread", file=out, flush=True)
+    set_num_threads(1)
+    try:
+        res = random_rows(n, args.seed, scale, 0.05 if args.small else 0.2, out)
+    finally:
+        set_num_threads(args.threads or all_cores())
+    print(summary_line(res), file=out, flush=True)
+    return res
 
 
 def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
@@ -93,7 +115,10 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
     plans = getattr(args, "plans", False)
     if plans:
         from .plan_rows import plan_cases
-        suite = select(plan_cases(args.small, getattr(args, "plans_scale", 1.0)), args.kernels)
+        # ("random": row 8, run after the others: plan_random.py)
+        wanted = ",".join(k for k in (args.kernels or "").split(",") if k.strip() != "random") or None
+        suite = [] if args.kernels and not wanted else select(
+            plan_cases(args.small, getattr(args, "plans_scale", 1.0)), wanted)
     else:
         suite = select(cases(args.small, real), args.kernels)
     suite += list(extra_cases or [])
@@ -149,6 +174,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
             plan_overhead = overhead(args.repeat, 0.05 if args.small else 0.3, args.seed)
             set_num_threads(threads)
             print(overhead_line(plan_overhead), file=out, flush=True)
+            plan_random = _plan_random(args, out)
         for c in ([] if plans else suite):
             r = run_case(c, threads=threads, repeat=args.repeat, budget=budget, stream=stream, seed=args.seed)
             rows.append(r)
@@ -186,6 +212,7 @@ def run(args, out=None, extra_cases: list[Case] | None = None) -> int:
         "results": rows,
         "fwd_bwd": fwd_bwd,
         "plan_overhead": plan_overhead if plans else None,
+        "plan_random": plan_random if plans else None,
         "summary": {"failed": failed, "targets_missed": missed, "thread_targets_missed": thr_missed,
                     "targets_met": [tag(r) for r in rows if r.get("target") and r["target"]["met"]]},
     }
