@@ -69,7 +69,16 @@ ZERO = Cost(0.0, 0.0)
 
 def tensor_bytes(t: TensorStats, dense: bool, itemsize: int) -> float:
     """Bytes of ``t`` stored dense (every element) or sparse (values, coordinates, and the
-    positions of its outer level)."""
+    positions of its outer level); once per statistics, format and itemsize (a search asks
+    for the same ones at every split)."""
+    memo = t.__dict__.setdefault("_bytes", {})
+    got = memo.get((dense, itemsize))
+    if got is None:
+        got = memo[(dense, itemsize)] = _tensor_bytes(t, dense, itemsize)
+    return got
+
+
+def _tensor_bytes(t: TensorStats, dense: bool, itemsize: int) -> float:
     if dense:
         return float(t.volume) * itemsize
     outer = t.sizes[0] + 1 if t.sizes else 1

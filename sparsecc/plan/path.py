@@ -157,6 +157,7 @@ class Search:
         self.n = len(leaves)
         self._estimates: dict = {}      # (id, id, indices) -> (stats, the operands: their ids stay theirs)
         self._joins: dict = {}          # (id, id) -> (products, the operands)
+        self._dense_of: dict = {}       # (id, rule) -> (stored dense?, the statistics)
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -196,7 +197,16 @@ class Search:
     def storable(self, st: TensorStats, indices) -> bool:
         """Whether an intermediate of statistics ``st`` on ``indices`` has a format (what
         :meth:`combine` asks of a step that is not the root)."""
-        return bool(indices) or (self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize))
+        return bool(indices) or self._dense(st)
+
+    def _dense(self, st: TensorStats) -> bool:
+        """Whether an intermediate of statistics ``st`` is stored dense: once per statistics
+        and rule (the mask rule's search allows dense storage for fewer)."""
+        key = (id(st), self.dense_allowed)
+        got = self._dense_of.get(key)
+        if got is None:
+            got = self._dense_of[key] = (self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize), st)
+        return got[0]
 
     def leaf(self, k: int) -> Node:
         return Node(k, self.leaves[k], self.leaf_dense[k], _cost.ZERO)
@@ -209,7 +219,7 @@ class Search:
         if root:
             dense = self.result_dense
         else:
-            dense = self.dense_allowed(st) and _cost.dense_is_cheaper(st, self.itemsize)
+            dense = self._dense(st)
             if not dense and not indices:
                 return None         # a scalar stored sparse: no such format
         kids = [(a.stats, a.dense), (b.stats, b.dense)]

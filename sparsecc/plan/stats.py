@@ -371,7 +371,9 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         key = key * sizes[i] + c
     distinct = _distinct(key)
     owner = distinct // max(1, math.prod(sizes[i] for i in rest))
-    dist_g = np.bincount(np.searchsorted(drawn, owner), minlength=drawn.size).astype(np.float64)
+    slot = np.empty(sizes[g], np.intp)     # each drawn slice's place in ``drawn`` (searchsorted's, by a table)
+    slot[drawn] = np.arange(drawn.size)
+    dist_g = np.bincount(slot[owner], minlength=drawn.size).astype(np.float64)
     if exact:
         per = np.zeros(sizes[g])
         per[drawn] = dist_g
