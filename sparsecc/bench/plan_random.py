@@ -34,6 +34,8 @@ from .timing import measure
 NEST_LIMIT_S = 1.0
 #: a peer call measured once above this is not repeated
 ONCE_S = 0.5
+#: a case (its compiles, every call) runs in a process of its own cut after this
+CASE_TIMEOUT_S = 120.0
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -225,20 +227,51 @@ def run_case(case: dict, seed: int, budget: float = 0.2) -> dict:
     return row
 
 
-def random_rows(n: int = 100, seed: int = 0, scale: float = 1.0, budget: float = 0.2, out=None) -> dict:
-    """Row 8: ``n`` seeded cases (:func:`random_expression`), each timed (:func:`run_case`), and
-    the summary: ratios to the one nest and to opt_einsum, their geometric means, the
-    worst ratio to the one nest, and the targets."""
+def random_rows(n: int = 100, seed: int = 0, scale: float = 1.0, budget: float = 0.2, out=None,
+                case_timeout: float | None = CASE_TIMEOUT_S) -> dict:
+    """Row 8: ``n`` seeded cases (:func:`random_expression`), each timed (:func:`run_case`) in
+    a process of its own cut at ``case_timeout`` seconds (None: here, uncut), and the summary:
+    ratios to the one nest and to opt_einsum, their geometric means, the worst ratio to the
+    one nest, and the targets."""
     rng = np.random.default_rng(seed)
     rows = []
     for k in range(n):
         case = random_expression(rng, scale)
-        r = run_case(case, seed * 1000 + k, budget)
+        if case_timeout is None:
+            r = run_case(case, seed * 1000 + k, budget)
+        else:
+            r = _isolated(case, seed * 1000 + k, budget, case_timeout)
         r["id"] = k
         rows.append(r)
         if out is not None:
             print(case_line(r), file=out, flush=True)
     return {"cases": rows, "summary": summarize(rows), "n": n, "seed": seed, "scale": scale}
+
+
+def _isolated(case: dict, seed: int, budget: float, timeout: float) -> dict:
+    """:func:`run_case` in a fresh process (1 thread) cut at ``timeout`` seconds: a planned
+    call, a step or a peer that runs for minutes is reported, not waited for."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, sys; from sparsecc.runtime.threads import set_num_threads; set_num_threads(1); "
+            "from sparsecc.bench.plan_random import run_case; "
+            "a = json.loads(sys.stdin.read()); print('ROW ' + json.dumps(run_case(a[0], a[1], a[2]), default=float))")
+    import os
+    import pathlib
+    here = str(pathlib.Path(__file__).resolve().parents[2])     # this sparsecc, not another on the path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    try:
+        got = subprocess.run([sys.executable, "-c", code], input=json.dumps([case, seed, budget]), text=True,
+                             capture_output=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"expr": case["expr"], "kinds": list(case["kinds"]), "ok": False,
+                "error": f"timeout: the case ran past {timeout:g} s"}
+    line = next((ln for ln in got.stdout.splitlines() if ln.startswith("ROW ")), None)
+    if line is None:
+        return {"expr": case["expr"], "kinds": list(case["kinds"]), "ok": False,
+                "error": f"the case's process failed: {got.stderr.strip()[-300:]}"}
+    return json.loads(line[4:])
 
 
 def summarize(rows: list[dict]) -> dict:
