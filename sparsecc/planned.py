@@ -115,10 +115,20 @@ class PlannedKernel(Kernel):
 
     def __call__(self, *args, **kwargs):
         fast = self._fast
-        if fast is not None and not kwargs:
-            out = fast(self, args)      # planned_fast.py: the class's repeated call, or MISS
-            if out is not _MISS:
-                return out
+        if fast is not None:
+            ops = args
+            if kwargs:                  # index notation by name: every operand, nothing else
+                names = self.stmt.operands
+                ops = None
+                if not args and len(kwargs) == len(names):
+                    try:
+                        ops = tuple([kwargs[n] for n in names])
+                    except KeyError:
+                        pass
+            if ops is not None:
+                out = fast(self, ops)   # planned_fast.py: the class's repeated call, or MISS
+                if out is not _MISS:
+                    return out
         return self._call_general(args, kwargs)
 
     def _call_general(self, args, kwargs):

@@ -150,3 +150,16 @@ def test_memoised_planning_gives_the_plans_before(monkeypatch):
         plain = sc.plan(expr, *cases[expr], optimize=opt)
         monkeypatch.setattr(plan_path, "MEMO", True)
         assert plain == memo and str(plain) == str(memo), (expr, opt)
+
+
+def test_index_notation_by_name_takes_the_closure(monkeypatch):
+    k = sc.compile("y[i] = sum[j,k](A[i,j] * B[j,k] * x[k])", A="csr", B="csr", x="dense", optimize=PATH)
+    A, B, x = _ops(10)
+    np.testing.assert_allclose(k(A=A, B=B, x=x), _oracle(A, B, x))
+    counts = _spy(monkeypatch)
+    A, B, x = _ops(11)
+    np.testing.assert_allclose(k(x=x, A=A, B=B), _oracle(A, B, x))
+    np.testing.assert_allclose(k(A, B, x), _oracle(A, B, x))
+    assert counts == {"plan": 0, "bind": 0, "key": 0}
+    with pytest.raises(sc.SparseccError):
+        k(A=A, B=B, y=x)                    # a wrong name: the general call says so
