@@ -100,8 +100,11 @@ def test_cached_call_still_validates(chain):
 def test_cached_call_other_kinds_take_the_general_call(chain):
     A, B, x = _ops(7)
     chain(A, B, x)
-    for args in ((sp.csr_matrix(A), B, x), (A, sp.coo_array(B), x), (A, B, list(x)), (A, B, x.astype(np.float32))):
-        np.testing.assert_allclose(chain(*args), _oracle(A, B, x), rtol=1e-5)
+    for args in ((sp.csr_matrix(A), B, x), (A, sp.coo_array(B), x), (A, B, list(x)), (A, B, x.astype(np.float32)),
+                 (sp.csr_array((A * 10).astype(np.int64)), B, x), (A, B, x[::-1].copy()[::-1])):
+        want = np.einsum("ij,jk,k->i", *(a.toarray() if sp.issparse(a) else np.asarray(a) for a in args))
+        for _ in range(2):                  # the general call, then the class's closure (a cast, a view)
+            np.testing.assert_allclose(chain(*args), want, rtol=1e-5)
     k = sc.compile("ij,jk,k->i", "csr", "csr", "dense")         # a one-step plan (10 x 10): its own closure
     for seed in (8, 9):
         A, B, x = _ops(seed)
