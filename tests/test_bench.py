@@ -357,6 +357,7 @@ def test_lazy_small_run_at_one_and_two_threads(tmp_path, capsys):
         assert all(b["agrees"] for b in x["baselines"].values())
     assert r["fused_overhead"]["kernels_us"] > 0 and r["fused_overhead"]["statements"] == 2
 
+
 # --------------------------------------------------------------------------- row 8: random einsums
 
 def test_random_einsums_are_seeded_connected_and_bounded():
