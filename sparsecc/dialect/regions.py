@@ -200,7 +200,7 @@ class Body(Casts):
             if k == "int":
                 return self.int_pow(a, b, bt)
             if k == "complex":
-                return self.emit(f"complex.pow {a}, {b} : {bt}")
+                return self.complex_pow(a, b, in_row or row)
             raise DTypeError(f"pow of {row.name} values is not supported")
         if op in COMPARISONS:
             if k == "complex":
@@ -218,6 +218,28 @@ class Body(Casts):
             return self.emit(const_text(1, row)[0])
         src = rows[0] if op == "first" else rows[1]
         return self.cast(a if op == "first" else b, src, row)
+
+    def complex_pow(self, a: str, b: str, row: dt.DType) -> str:
+        """NumPy's complex ``a ** b`` (npymath's ``cpow``): 1 where ``b == 0`` (whatever
+        ``a``); where ``a == 0``: 0 if ``Re(b) > 0``, else NaN; elsewhere ``complex.pow``
+        (``exp(b * log(a))``, which gives NaN at ``a == 0``: ``log(0)`` is ``-inf``)."""
+        e = self.emit
+        t, part = row.mlir, row.mlir[8:-1]
+        p = e(f"complex.pow {a}, {b} : {t}")
+        fz = e(f"arith.constant 0.0 : {part}")
+        ar, ai = e(f"complex.re {a} : {t}"), e(f"complex.im {a} : {t}")
+        br, bi = e(f"complex.re {b} : {t}"), e(f"complex.im {b} : {t}")
+
+        def both_zero(x, y):
+            return e(f"arith.andi {e(f'arith.cmpf oeq, {x}, {fz} : {part}')}, "
+                     f"{e(f'arith.cmpf oeq, {y}, {fz} : {part}')} : i1")
+
+        a0, b0 = both_zero(ar, ai), both_zero(br, bi)
+        pos = e(f"arith.cmpf ogt, {br}, {fz} : {part}")
+        zero, one, nan = (e(const_text(v, row)[0]) for v in (0, 1, complex(np.nan, np.nan)))
+        at0 = e(f"arith.select {pos}, {zero}, {nan} : {t}")
+        r = e(f"arith.select {a0}, {at0}, {p} : {t}")
+        return e(f"arith.select {b0}, {one}, {r} : {t}")
 
     def int_pow(self, a: str, b: str, t: str) -> str:
         """``a ** b`` on integers (wrapping like NumPy): square-and-multiply in an

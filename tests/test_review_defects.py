@@ -1,0 +1,73 @@
+"""Defects found in review (docs/briefs: "Found, not fixed"), each with the test that failed
+before its fix.  Oracles: NumPy on dense copies, torch's own results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+
+
+# ------------------------------------------------ pow of complex zero (NumPy's cpow rules)
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_pow_of_zero_follows_numpy(dtype):
+    """``pow(A[i], e)`` at A = 0 gave NaN for every exponent (``complex.pow`` is
+    ``exp(e * log(0))``); NumPy gives 1 for e == 0, 0 for Re(e) > 0, NaN otherwise."""
+    A = np.array([0, 1.5, -0.0, 2j, 0], dtype=dtype)
+    E = np.array([1 + 1j, 2, 0, 0.5 - 1j, -1 + 1j], dtype=dtype)
+    for e in (1 + 1j, 0j, 2, -1 + 1j, 1j, 0.5):
+        got = sc.evaluate("y[i] = pow(A[i], e)", A=A, e=dtype(e))
+        with np.errstate(all="ignore"):
+            want = np.power(A, dtype(e))
+        np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+    with np.errstate(all="ignore"):
+        want = np.power(A, E)
+    np.testing.assert_allclose(sc.evaluate("y[i] = pow(A[i], E[i])", A=A, E=E), want, rtol=1e-5,
+                               equal_nan=True)
+
+
+def test_complex_pow_sparse_keeps_zeros():
+    A = sp.csr_array(np.array([[0, 1.5, 0], [2j, 0, 0]], dtype=np.complex128))
+    got = sc.ops.pow(A, np.complex128(1 + 1j))
+    got = got.toarray() if sp.issparse(got) else got
+    np.testing.assert_allclose(got, np.power(A.toarray(), 1 + 1j))
+
+
+# ------------------------------------------------ malformed formats: FormatError, not CompileError
+
+M = sp.random_array((4, 6), density=0.5, random_state=0, format="csr")
+
+BAD_FORMATS = [
+    "bsr1x2", "bsr2x1", "bsr1x1",
+    "(i, j) -> (i floordiv 1 : dense, j floordiv 2 : compressed, i mod 1 : dense, j mod 2 : dense)",
+    "(i, j) -> (i floordiv 2 : dense, j floordiv 2 : compressed, i mod 3 : dense, j mod 2 : dense)",
+    "(i, j) -> (i : dense, j : compressed, garbage)",
+    "(i, j) -> (i : compressed(nonunique), j : compressed(nonunique))",
+    "(i, j) -> (i : dense, j : compressed(soa))",
+    "(i, j) -> (i : dense(nonunique), j : compressed)",
+    "(i, j) -> (i : singleton, j : compressed)",
+]
+
+
+@pytest.mark.parametrize("fmt", BAD_FORMATS)
+def test_malformed_formats_are_format_errors(fmt):
+    """An explicit "bsr1x2" compiled and failed in MLIR (CompileError); some level maps
+    crashed the compile worker (an assertion) or were read wrongly (``mod 3`` ignored)."""
+    with pytest.raises(sc.FormatError):
+        sc.einsum("ij,j->i", M, np.ones(6), formats=[fmt, None])
+
+
+def test_block_formats_of_one_refused_where_made():
+    with pytest.raises(sc.FormatError, match="block size of 1"):
+        sc.Format.bsr((1, 2))
+    with pytest.raises(sc.FormatError, match="block size of 1"):
+        sc.Format(("dense", "compressed", "dense", "dense"), block=(2, 1))
+
+
+def test_plain_bsr_with_block_one_still_runs_as_csr():
+    B = sp.bsr_array(M.toarray(), blocksize=(1, 2))
+    np.testing.assert_allclose(sc.einsum("ij,j->i", B, np.ones(6), formats=["bsr", None]),
+                               M.toarray() @ np.ones(6))
