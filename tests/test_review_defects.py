@@ -71,3 +71,32 @@ def test_plain_bsr_with_block_one_still_runs_as_csr():
     B = sp.bsr_array(M.toarray(), blocksize=(1, 2))
     np.testing.assert_allclose(sc.einsum("ij,j->i", B, np.ones(6), formats=["bsr", None]),
                                M.toarray() @ np.ones(6))
+
+
+# ------------------------------------------------ where: complex conditions/branches, scalar branches
+
+def _rnd(rng, dtype, shape=(4, 5)):
+    x = rng.standard_normal(shape) * (rng.random(shape) < 0.5)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape) * (x != 0)
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("cdt,xdt,other,sparse", [
+    ("bool", "complex128", "array", (1, 1, 1)),        # CompileError: the mask converted to complex
+    ("complex128", "complex64", "array", (1, 1, 0)),   # a complex condition: complex.neq in a sparse loop
+    ("float64", "complex128", 0, (1, 1, 0)),
+    ("bool", "float64", 2.5, (1, 0, 0)),               # a scalar branch next to a dense one: segfault
+    ("complex128", "complex128", 2.5 + 1j, (1, 0, 0)),
+    ("int32", "float64", 2.5, (1, 1, 0)),
+])
+def test_where_complex_and_scalar_branches(cdt, xdt, other, sparse):
+    rng = np.random.default_rng(7)
+    c, x = _rnd(rng, cdt), _rnd(rng, xdt)
+    y = _rnd(rng, xdt) if other == "array" else other
+    C = sp.csr_array(c) if sparse[0] else c
+    X = sp.csr_array(x) if sparse[1] else x
+    Y = (sp.csr_array(y) if sparse[2] else y) if other == "array" else y
+    got = sc.ops.where(C, X, Y)
+    got = got.toarray() if sp.issparse(got) else got
+    np.testing.assert_allclose(got, np.where(c != 0, x, y), rtol=1e-6)

@@ -17,7 +17,8 @@ from .. import dtypes as dt
 from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
-from ..expr import COMPARISONS, Access, Binary, Const, Expr, Index, Stored, Unary, Where, accesses, fold, walk
+from ..expr import (COMPARISONS, Access, Binary, Const, Expr, Index, Stored, Unary, Where, accesses, fold,
+                    used_indices, walk)
 from ..patterns import zero_behaviour
 from .constants import BOOL, Casts, body_type, const_text, row_of
 
@@ -425,20 +426,32 @@ class Body(Casts):
         # In a sparse loop one branch is a constant (see materialize_inner_reductions): the
         # select runs in the regions of a sparse_tensor.binary over the condition and the
         # other branch, which say what an absent side means.
-        k = 1 if isinstance(e.right, Const) else 0        # which branch is the tensor one
+        # which branch is the tensor one; the other is a constant or loop-invariant (a scalar
+        # operand: its value unknown here, so taken as nonzero)
+        k = 1 if not used_indices(e.right) else 0
         tensor_branch, const_branch = (e.left, e.right) if k == 1 else (e.right, e.left)
-        if not isinstance(const_branch, Const):
+        if used_indices(const_branch):
             raise DTypeError(f"where over sparse operands needs a constant branch: {e}")
         bt = body_type(row)
-        kval = const_branch.value
+        kval = const_branch.value if isinstance(const_branch, Const) else None
 
         def sel(p, q):
             kc = self.value(const_branch, row)
             return self.select(p, q, kc, row) if k == 1 else self.select(p, kc, q, row)
         if not self.sparse_in(e.cond):
             return self._where_dense_condition(e.cond, tensor_branch, sel, row, kval)
-        c = self.value(e.cond, BOOL)
+        c = self._sparse_condition(e.cond)
         v = self.value(tensor_branch, row)
+        if not used_indices(tensor_branch):
+            # both branches loop-invariant (where(C, y, 0) of a scalar operand y): a
+            # sparse_tensor.binary of a sparse value and an invariant one crashes the sparsifier
+            # (a segfault); a unary of the condition whose absent side (condition False)
+            # yields the false branch
+            present = self.region(["i8"], lambda p: sel(p, v), bt)
+            false = v if k == 0 else (None if kval == 0 else self.value(const_branch, row))
+            absent = None if self.stored or false is None else self.region([], lambda: false, bt)
+            return self.sparse_op(f"sparse_tensor.unary {c} : i8 to {bt}",
+                                  [("present", present), ("absent", absent)])
         overlap = self.region(["i8", bt], sel, bt)
         left = right = None
         if not self.stored:
@@ -461,6 +474,20 @@ class Body(Casts):
                     right = self.region([bt], lambda q: self.value(const_branch, row), bt)
         return self.sparse_op(f"sparse_tensor.binary {c}, {v} : i8, {bt} to {bt}",
                               [("overlap", overlap), ("left", left), ("right", right)])
+
+    def _sparse_condition(self, cond: Expr) -> str:
+        """A sparse ``where`` condition as i8 over its stored entries.  A condition that is
+        not bool is computed in its own dtype and converted in a ``sparse_tensor.unary`` with
+        an empty ``absent`` region (an unstored condition is 0: False): the sparsifier admits
+        ``arith.cmpf``/``cmpi`` on a sparse value but not ``complex.neq``, and failed to
+        legalize the ``sparse_tensor.binary`` over a complex condition's ``!= 0``."""
+        crow = row_of(self.node_dtypes[cond])
+        if crow.kind == "bool" or self.stored or isinstance(cond, Stored):
+            return self.value(cond, BOOL)
+        v, t = self.value(cond), body_type(crow)
+        return self.sparse_op(f"sparse_tensor.unary {v} : {t} to i8",
+                              [("present", self.region([t], lambda p: self.cast(p, crow, BOOL), "i8")),
+                               ("absent", None)])
 
     def _where_dense_condition(self, cond: Expr, tensor_branch: Expr, sel, row: dt.DType, kval) -> str:
         """``where`` whose condition reads dense operands only: ``sparse_tensor.unary`` of the

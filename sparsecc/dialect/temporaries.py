@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Stored, Unary, Where, accesses, \
-    free_indices
+    free_indices, used_indices
 from ..formats import Format
 from .constants import const_text, row_of
 from .regions import ARITH
@@ -67,11 +67,13 @@ class Temporaries:
             elif isinstance(node, Where):
                 kids = [visit(c, False, stored) for c in (node.cond, node.left, node.right)]
                 new = Where(*kids)
-                if (not any(isinstance(k, Const) for k in kids[1:])
+                if (all(used_indices(k) for k in kids[1:])
                         and any(a.tensor in self.encs for a in accesses(new))):
                     # a select in a sparse loop takes two tensor values (the condition and one
                     # branch) in sparse_tensor.binary: where(c, a, b) = where(c, a, 0) + where(c, 0, b),
-                    # exactly (one side is always 0)
+                    # exactly (one side is always 0).  A loop-invariant branch (a constant, a
+                    # scalar operand) stays in place: regions.where selects it in the binary's
+                    # regions (split, where(C, 0, y) crashed the sparsifier next to where(C, X, 0))
                     zero = Const(0)
                     self.node_dtypes.setdefault(zero, np.dtype(np.int64))
                     l, r = Where(kids[0], kids[1], zero), Where(kids[0], zero, kids[2])
