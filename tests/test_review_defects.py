@@ -100,3 +100,54 @@ def test_where_complex_and_scalar_branches(cdt, xdt, other, sparse):
     got = sc.ops.where(C, X, Y)
     got = got.toarray() if sp.issparse(got) else got
     np.testing.assert_allclose(got, np.where(c != 0, x, y), rtol=1e-6)
+
+
+# ------------------------------------------------ sparsecc.torch: repeated CSR indices, scalar results
+
+torch = pytest.importorskip("torch")
+
+
+def _csr(ptr, ind, vals, shape, grad=True):
+    v = torch.tensor(vals, dtype=torch.float64, requires_grad=grad)
+    return v, torch.sparse_csr_tensor(torch.tensor(ptr), torch.tensor(ind), v, shape, check_invariants=False)
+
+
+def test_torch_csr_repeated_indices_refused_on_the_grad_path():
+    """A CSR tensor storing column 1 twice in row 0 (check_invariants=False): the forward sum
+    matched torch's, but torch's own backward of the constructor failed with a shape error."""
+    import sparsecc.torch as sct
+    v, A = _csr([0, 2, 3], [1, 1, 0], [1.0, 2.0, 3.0], (2, 2))
+    x = torch.tensor([1.0, 10.0], dtype=torch.float64, requires_grad=True)
+    with pytest.raises(sc.SparseccError, match="stores an index twice"):
+        sct.einsum("ij,j->i", A, x)
+    y = sct.einsum("ij,j->i", A.detach(), x)          # A needs no gradient: summed, as torch's A @ x
+    torch.testing.assert_close(y, A.detach() @ x.detach())
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([3.0, 3.0], dtype=torch.float64))
+    with torch.no_grad():
+        torch.testing.assert_close(sct.einsum("ij,j->i", A, x), A.detach() @ x.detach())
+
+
+def test_torch_csr_unsorted_indices_refused_on_the_grad_path():
+    """Unsorted (unique) columns: torch's backward of the constructor put the gradients on the
+    wrong elements (v.grad [24, 240, 6] for [240, 24, 6]); refused, as repeated ones."""
+    import sparsecc.torch as sct
+    v, A = _csr([0, 2, 3], [1, 0, 0], [1.0, 2.0, 3.0], (2, 2))
+    x = torch.tensor([1.0, 10.0], dtype=torch.float64)
+    with pytest.raises(sc.SparseccError, match="out of order"):
+        sct.einsum("ij,j->i", A, x)
+    torch.testing.assert_close(sct.einsum("ij,j->i", A.detach(), x), A.detach() @ x)
+    v, A = _csr([0, 2, 4], [0, 1, 0, 1], [1.0, 2.0, 3.0, 4.0], (2, 2))     # sorted: differentiates
+    sct.einsum("ij,j->i", A, x).sum().backward()
+    torch.testing.assert_close(v.grad, torch.tensor([1.0, 10.0, 1.0, 10.0], dtype=torch.float64))
+
+
+def test_torch_ops_scalar_results_are_tensors():
+    """sct.ops.trace (and sum, without grad) returned np.float64: a NumPy scalar passed for a
+    Python one (np.float64 is a float)."""
+    import sparsecc.torch as sct
+    E = torch.eye(3, dtype=torch.float64)
+    for r in (sct.ops.trace(E), sct.ops.trace(E.to_sparse_csr()), sct.ops.sum(E.to_sparse_csr())):
+        assert isinstance(r, torch.Tensor) and r.dim() == 0 and r.dtype == torch.float64
+        assert float(r) == 3.0
+    assert type(sct.ops.nnz(E.to_sparse_csr())) is int

@@ -303,6 +303,39 @@ def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
     return torch.sparse_bsr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape, check_invariants=False)
 
 
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr)
+
+
+def _refuse_repeated(x, what: str) -> None:
+    """A SparseccError for a compressed tensor (SciPy ``x`` over its buffers) whose indices
+    are not strictly increasing within a row (CSC: a column), which torch's invariants
+    require and only ``check_invariants=False`` builds.  The forward pass reads such a
+    tensor as torch's own products do (repeated elements summed), but torch's backward of
+    the tensor's constructor (SparseCompressedTensorBackward0) fails on repeated indices
+    (a shape error) and assigns the gradients of unsorted ones to the wrong elements:
+    refused before running, in the user's terms.  O(nnz)."""
+    ptr, ind = x.indptr, x.indices
+    if ind.size < 2:
+        return
+    step = np.diff(ind.astype(np.int64))
+    starts = ptr[1:-1]
+    inner = np.ones(ind.size - 1, bool)
+    inner[starts[(starts > 0) & (starts < ind.size)] - 1] = False     # the step into a new row
+    if np.all(step[inner] > 0):
+        return
+    line = "column" if x.format == "csc" else "row"
+    how = "twice in one" if np.any(step[inner] == 0) or not _unique_per_line(ptr, ind) else "out of order in a"
+    raise SparseccError(f"{what} stores an index {how} {line} (a tensor built with check_invariants=False); "
+                        f"torch's backward of such a tensor is wrong or fails, so it cannot take a gradient here: "
+                        f"coalesce it first (t.to_sparse_coo().coalesce().to_sparse_csr()), or detach it")
+
+
+def _unique_per_line(ptr, ind) -> bool:
+    outer = np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
+    key = outer * (int(ind.max()) + 1) + ind
+    return np.unique(key).size == key.size
+
+
 def _run(kernel, args: list, whats: list):
     """Call ``kernel`` on ``args`` (operand order), through autograd when a tensor needs it."""
     sync_threads()
@@ -313,6 +346,9 @@ def _run(kernel, args: list, whats: list):
     operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
     if not grad:
         return from_sparsecc(kernel(*operands))
+    for t, x, w in zip(args, operands, whats):
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.layout in _COMPRESSED:
+            _refuse_repeated(x, w)
     steps = kernel.steps_for(operands) if hasattr(kernel, "steps_for") else None
     if steps is not None:                       # planned: gradients through each step
         return _ApplyPlan.apply((*steps, kernel.stmt.operands, kernel), operands, *args)
