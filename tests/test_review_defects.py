@@ -151,3 +151,35 @@ def test_torch_ops_scalar_results_are_tensors():
         assert isinstance(r, torch.Tensor) and r.dim() == 0 and r.dtype == torch.float64
         assert float(r) == 3.0
     assert type(sct.ops.nnz(E.to_sparse_csr())) is int
+
+
+# ------------------------------------------------ narrow integers: refused on purpose, everywhere
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32"])
+def test_narrow_integers_are_a_deliberate_dtype_error(dtype):
+    x = np.array([1, 2, 3], dtype=dtype)
+    for call in (lambda: sc.ops.sum(x), lambda: sc.einsum("i,i->", x, x),
+                 lambda: sc.ops.add(sp.csr_array(x.reshape(1, 3)), sp.csr_array(x.reshape(1, 3)))):
+        with pytest.raises(sc.DTypeError, match="refused on purpose"):
+            call()
+    import sparsecc.torch as sct
+    if dtype in ("int8", "uint8"):
+        t = torch.tensor([1, 2, 3], dtype=getattr(torch, dtype))
+        with pytest.raises(sc.DTypeError, match="refused on purpose"):
+            sct.ops.sum(t)
+
+
+def test_program_and_kernel_bind_alike():
+    """One binding function (sparsecc.expr.bind_by_name) for kernels and programs."""
+    A, x = np.eye(3), np.ones(3)
+    k = sc.compile("y[i] = A[i,j] * x[j]")
+    prog = sc.compile("y[i] = A[i,j] * x[j]; z[i] = y[i] * 2")
+    for f, noun in ((k, "operand"), (prog, "input")):
+        with pytest.raises(sc.OperandError, match=f"{noun} 'A' given twice"):
+            f(A, A=A, x=x)
+        with pytest.raises(sc.OperandError, match=rf"needs {noun}\(s\) x"):
+            f(A=A)
+        with pytest.raises(sc.OperandError, match=f"has no {noun} 'q'"):
+            f(A=A, x=x, q=x)
+        with pytest.raises(sc.OperandError, match="got 3 positional"):
+            f(A, x, x)

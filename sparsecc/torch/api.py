@@ -13,6 +13,7 @@ import torch
 
 import sparsecc as sc
 from .. import autodiff
+from .. import dtypes as dt
 from ..errors import DTypeError, FormatError, OperandError, SparseccError
 from ..formats import Format, resolve
 from ..parse import looks_like_notation, parse_notation
@@ -49,8 +50,11 @@ def _check_tensor(t: torch.Tensor, what: str) -> None:
                                f"tensors where a CUDA device is usable"
                                + (f" ({problem})" if problem else "") + "; move it with .cpu()")
     if t.dtype not in _DTYPES:
+        narrow = str(t.dtype).removeprefix("torch.") in dt.NARROW_INTEGERS
         raise DTypeError(f"{what} has dtype {t.dtype}; sparsecc.torch takes float32, float64, complex64, "
-                         f"complex128, int32, int64 and bool (convert float16/bfloat16 with .float())")
+                         f"complex128, int32, int64 and bool (" + (
+                             "narrow integers are refused on purpose: convert with .int(); docs/dsl.md, "
+                             "Known limitations)" if narrow else "convert float16/bfloat16 with .float())"))
     if t.layout not in _LAYOUT_NAMES and t.layout != torch.strided:
         raise FormatError(f"{what} has layout {t.layout}; sparsecc.torch takes strided, sparse_coo, "
                           f"sparse_csr, sparse_csc and sparse_bsr tensors")
