@@ -183,3 +183,20 @@ def test_program_and_kernel_bind_alike():
             f(A=A, x=x, q=x)
         with pytest.raises(sc.OperandError, match="got 3 positional"):
             f(A, x, x)
+
+
+# ------------------------------------------------ a sparse diagonal under a semiring (found by the fuzz)
+
+def test_sparse_diagonal_under_a_semiring_is_refused():
+    """``ii,i->i`` with min_max took the unstored A[1,1] as a stored 0: max(0, 4) = 4 where
+    no entry exists (identity +inf expected); plus_times is exact and still runs."""
+    A = sp.csr_array(np.array([[5.0, 1], [0, 0]]))
+    x = np.array([3.0, 4.0])
+    for semiring in ("min_max", "max_times", "min_plus", "plus_pair"):
+        with pytest.raises(sc.FormatError, match="repeated index"):
+            sc.einsum("ii,i->i", A, x, semiring=semiring)
+    with pytest.raises(sc.FormatError, match="repeated index"):
+        sc.evaluate("y[i] = max[j](A[i,i] * B[i,j])", A=A, B=np.ones((2, 2)))
+    np.testing.assert_allclose(sc.einsum("ii,i->i", A, x, semiring="plus_times"), [15.0, 0.0])
+    np.testing.assert_allclose(sc.einsum("ii,i->i", A, x), [15.0, 0.0])
+    np.testing.assert_allclose(sc.einsum("ii,i->i", A.toarray(), x, semiring="min_max"), [5.0, 4.0])
