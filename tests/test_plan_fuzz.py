@@ -166,6 +166,11 @@ def semiring_oracle(subs, ops, semiring):
     return acc, tuple(size[c] for c in out)
 
 
+def _identity(semiring, dtype):
+    from oracle import identity        # tests/oracle.py: each monoid's identity per dtype
+    return np.asarray(identity(SEMIRINGS[semiring][0], dtype)).astype(dtype)
+
+
 def check_semiring(seed):
     subs, ops, out_format, semiring = semiring_case(seed)
     terms = subs.split("->")[0].split(",")
@@ -184,9 +189,12 @@ def check_semiring(seed):
             c = sp.coo_array(r)
             c.sum_duplicates()
             stored = {tuple(int(i) for i in k): v for k, v in zip(zip(*c.coords), c.data)} if c.ndim else {}
-            assert set(stored) <= set(acc) or not shape, f"seed {seed}: {subs} {semiring}: entries off the product"
+            # entries off the product only with the add's identity (docs/semirings.md, Limits:
+            # MLIR 22 stores what other operands reach; seed 80, planned and one nest alike)
+            ident = _identity(semiring, r.dtype)
             for k, v in stored.items():
-                np.testing.assert_allclose(v, acc[k], err_msg=f"seed {seed}: {subs} {semiring} at {k}")
+                want = acc[k] if k in acc else ident
+                np.testing.assert_allclose(v, want, err_msg=f"seed {seed}: {subs} {semiring} at {k}")
         else:
             r = np.asarray(r)
             for k, v in acc.items():
