@@ -200,3 +200,13 @@ def test_sparse_diagonal_under_a_semiring_is_refused():
     np.testing.assert_allclose(sc.einsum("ii,i->i", A, x, semiring="plus_times"), [15.0, 0.0])
     np.testing.assert_allclose(sc.einsum("ii,i->i", A, x), [15.0, 0.0])
     np.testing.assert_allclose(sc.einsum("ii,i->i", A.toarray(), x, semiring="min_max"), [5.0, 4.0])
+
+
+def test_torch_programs_are_a_clear_parse_error():
+    """sct.evaluate of two statements failed with "unexpected character ';'"."""
+    import sparsecc.torch as sct
+    E = torch.eye(3, dtype=torch.float64)
+    with pytest.raises(sc.ParseError, match="one statement at a time"):
+        sct.evaluate("y[i] = sum[j](A[i,j] * x[j]); q[] = sum[i](y[i])", A=E, x=torch.ones(3, dtype=torch.float64))
+    with pytest.raises(sc.ParseError, match="one statement at a time"):
+        sct.compile("y[i] = A[i,j] * x[j]\nz[i] = y[i] * 2")

@@ -14,7 +14,7 @@ import torch
 import sparsecc as sc
 from .. import autodiff
 from .. import dtypes as dt
-from ..errors import DTypeError, FormatError, OperandError, SparseccError
+from ..errors import DTypeError, FormatError, OperandError, ParseError, SparseccError
 from ..formats import Format, resolve
 from ..parse import looks_like_notation, parse_notation
 from ..runtime import threads as _threads
@@ -413,6 +413,14 @@ class TorchKernel:
         if not isinstance(expr, str):
             raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
         self.source = expr
+        from ..program import is_program
+        if is_program(expr):
+            # a program's call path (sparsecc/program.py) has no autograd Function over its
+            # steps: refused in the user's terms, not "unexpected character ';'"
+            raise ParseError("sparsecc.torch runs one statement at a time; a program of several statements "
+                             "(separated by ';' or newlines) runs through sc.compile/sc.evaluate on NumPy/SciPy "
+                             "operands, or through sc.lazy on torch tensors (values only): for gradients, call "
+                             "sct.evaluate once per statement")
         self._notation = looks_like_notation(expr)
         self._formats, self._named = tuple(formats), dict(named)
         self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)
