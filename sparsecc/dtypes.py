@@ -58,6 +58,15 @@ def lookup(dtype, what: str = "operand") -> DType:
     try:
         return TABLE[name]
     except KeyError:
+        hint = f" ({name} is refused on purpose: convert it, x.astype(np.int32); docs/dsl.md, " \
+               f"Known limitations)" if name in NARROW_INTEGERS else ""
         raise DTypeError(
-            f"{what} has dtype {name}; sparsecc supports {', '.join(SUPPORTED)}"
+            f"{what} has dtype {name}; sparsecc supports {', '.join(SUPPORTED)}{hint}"
         ) from None
+
+
+#: integer dtypes refused on purpose (docs/dsl.md, Known limitations): i8 is the storage of
+#: bool here, and NumPy's promotion of 8/16-bit and unsigned integers (uint8 + int8 ->
+#: int16, uint64 + int64 -> float64, wrapping in the narrow type) has no row in the table;
+#: every op (sc.ops, sparsecc.torch) refuses them alike, at the call
+NARROW_INTEGERS = ("int8", "uint8", "int16", "uint16", "uint32", "uint64")

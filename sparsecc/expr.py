@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError, OperandError, ShapeError
 
 def conjugate(x):
     """``conj``: numpy.conjugate of a complex value; a real, integer or bool value itself
@@ -174,6 +174,28 @@ def describe(name: str) -> str:
     """How messages name an operand: einsum operands are positional (``#0``)."""
     return f"operand {name[1:]}" if name.startswith("#") else f"operand '{name}'"
 
+
+
+def bind_by_name(subject: str, names, args, kwargs, noun: str = "operand") -> list:
+    """The values of ``names`` (the operands of ``subject``: a statement's quoted text, "the
+    program"), given by position and/or by name, in ``names`` order; an OperandError names
+    the extra, unknown, repeated or missing ones.  The one binding of a kernel's and a
+    program's call (``runtime/plans.py``, ``program.py``, ``explore``)."""
+    names = tuple(names)
+    if len(args) > len(names):
+        raise OperandError(f"{subject} takes {len(names)} {noun}s ({', '.join(names)}), "
+                           f"got {len(args)} positional")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise OperandError(f"{subject} has no {noun} {k!r}; its {noun}s are {', '.join(names)}")
+        if k in values:
+            raise OperandError(f"{noun} {k!r} given twice")
+        values[k] = v
+    missing = [o for o in names if o not in values]
+    if missing:
+        raise OperandError(f"{subject} needs {noun}(s) {', '.join(missing)}")
+    return [values[o] for o in names]
 
 def show(e: Expr) -> str:
     if isinstance(e, Access):

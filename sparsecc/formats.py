@@ -91,6 +91,10 @@ class Format:
             object.__setattr__(self, "block", block)
             if any(b < 1 for b in block):
                 raise FormatError(f"block sizes must be >= 1, got {block}")
+            if 1 in block:
+                # MLIR 22 folds 'i floordiv 1' to 'i' and then fails to infer lvlToDim
+                raise FormatError(f"block size {'x'.join(map(str, block))}: MLIR 22 cannot compile a block "
+                                  f"size of 1; use 'csr' or 'csc' (or blocks of at least 2)")
             if nlev != 2 * len(block):
                 raise FormatError(f"block sizes {block} need {2 * len(block)} levels (block coordinates, then "
                                   f"offsets), got {nlev} levels")
@@ -114,7 +118,17 @@ class Format:
                     raise FormatError(f"level {k} has unknown property {p!r}; known: {', '.join(LEVEL_PROPS)}")
             if base == "singleton" and (k == 0 or "nonunique" not in _split_level(self.levels[k - 1])[1]):
                 raise FormatError(f"level {k} is singleton, so level {k - 1} must be nonunique "
-                                  f"(as in COO: compressed(nonunique), singleton)")
+                                  f"(as in COO: compressed(nonunique), singleton)" if k else
+                                  "level 0 is singleton; a singleton level follows a nonunique one "
+                                  "(as in COO: compressed(nonunique), singleton)")
+            # what MLIR 22 rejects or crashes on (an assertion aborts the compile worker)
+            if base == "dense" and props:
+                raise FormatError(f"level {k} is {lv!r}: a dense level takes no properties")
+            if "soa" in props and base != "singleton":
+                raise FormatError(f"level {k} is {lv!r}: 'soa' is a property of singleton levels only")
+            if "nonunique" in props and k + 1 < nlev and _split_level(self.levels[k + 1])[0] != "singleton":
+                raise FormatError(f"level {k} is nonunique, so level {k + 1} must be singleton "
+                                  f"(as in COO: compressed(nonunique), singleton), got {self.levels[k + 1]!r}")
 
     # -------------------------------------------------------------------- queries
     @property
@@ -276,9 +290,11 @@ class Format:
         dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
         if len(set(dims)) != len(dims):
             raise FormatError(f"{src!r}: dimension names repeat")
-        lv = re.findall(r"(\w+)(?:\s+(floordiv|mod)\s+(\d+))?\s*:\s*(\w+(?:\s*\([^)]*\))?)", m.group(2))
-        if not lv:
-            raise FormatError(f"{src!r}: no levels found")
+        level = r"\s*(\w+)(?:\s+(floordiv|mod)\s+(\d+))?\s*:\s*(\w+(?:\s*\([^)]*\))?)\s*"
+        if not re.fullmatch(rf"{level}(?:,{level})*", m.group(2)):
+            raise FormatError(f"{src!r}: levels are 'd : type' or 'd floordiv b : type' / 'd mod b : type', "
+                              f"separated by commas")
+        lv = re.findall(level, m.group(2))
         order, fl, mods, block = [], [], [], {}
         types = []
         for d, op, b, t in lv:
@@ -289,6 +305,9 @@ class Format:
                 fl.append(dims.index(d)); block[dims.index(d)] = int(b)
             elif op == "mod":
                 mods.append(dims.index(d))
+                if block.get(dims.index(d), int(b)) != int(b):
+                    raise FormatError(f"{src!r}: dimension {d!r} has 'floordiv {block[dims.index(d)]}' but "
+                                      f"'mod {b}'; a block format uses one block size per dimension")
             else:
                 order.append(dims.index(d))
         if block:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import scipy.sparse as sp
 
-from .errors import FormatError, OperandError, ParseError, SparseccError
-from .expr import Statement
+from .errors import FormatError, ParseError, SparseccError
+from .expr import Statement, bind_by_name
 from .make import make_kernel
 from .options import Options
 from .parse import parse_notation
@@ -97,20 +97,7 @@ class Program:
         return f"<sparsecc.Program of {len(self.statements)} statements -> {', '.join(self.outputs)}>"
 
     def bind(self, *args, **kwargs) -> dict:
-        names = self.operands
-        if len(args) > len(names):
-            raise OperandError(f"the program takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
-        env = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise OperandError(f"the program has no input {k!r} (inputs: {', '.join(names)})")
-            if k in env:
-                raise OperandError(f"input {k!r} given twice")
-            env[k] = v
-        missing = [n for n in names if n not in env]
-        if missing:
-            raise OperandError(f"the program's input(s) {', '.join(map(repr, missing))} are missing")
-        return env
+        return dict(zip(self.operands, bind_by_name("the program", self.operands, args, kwargs, "input")))
 
     def __call__(self, *args, **kwargs) -> dict:
         env = self.bind(*args, **kwargs)

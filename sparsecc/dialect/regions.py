@@ -17,7 +17,8 @@ from .. import dtypes as dt
 from ..errors import DTypeError
 from ..expr import UNARY as UNARY_NP   # numpy's meaning of each function, for f(0)
 from ..expr import BINARY as BINARY_NP
-from ..expr import COMPARISONS, Access, Binary, Const, Expr, Index, Stored, Unary, Where, accesses, fold, walk
+from ..expr import (COMPARISONS, Access, Binary, Const, Expr, Index, Stored, Unary, Where, accesses, fold,
+                    used_indices, walk)
 from ..patterns import zero_behaviour
 from .constants import BOOL, Casts, body_type, const_text, row_of
 
@@ -200,7 +201,7 @@ class Body(Casts):
             if k == "int":
                 return self.int_pow(a, b, bt)
             if k == "complex":
-                return self.emit(f"complex.pow {a}, {b} : {bt}")
+                return self.complex_pow(a, b, in_row or row)
             raise DTypeError(f"pow of {row.name} values is not supported")
         if op in COMPARISONS:
             if k == "complex":
@@ -218,6 +219,28 @@ class Body(Casts):
             return self.emit(const_text(1, row)[0])
         src = rows[0] if op == "first" else rows[1]
         return self.cast(a if op == "first" else b, src, row)
+
+    def complex_pow(self, a: str, b: str, row: dt.DType) -> str:
+        """NumPy's complex ``a ** b`` (npymath's ``cpow``): 1 where ``b == 0`` (whatever
+        ``a``); where ``a == 0``: 0 if ``Re(b) > 0``, else NaN; elsewhere ``complex.pow``
+        (``exp(b * log(a))``, which gives NaN at ``a == 0``: ``log(0)`` is ``-inf``)."""
+        e = self.emit
+        t, part = row.mlir, row.mlir[8:-1]
+        p = e(f"complex.pow {a}, {b} : {t}")
+        fz = e(f"arith.constant 0.0 : {part}")
+        ar, ai = e(f"complex.re {a} : {t}"), e(f"complex.im {a} : {t}")
+        br, bi = e(f"complex.re {b} : {t}"), e(f"complex.im {b} : {t}")
+
+        def both_zero(x, y):
+            return e(f"arith.andi {e(f'arith.cmpf oeq, {x}, {fz} : {part}')}, "
+                     f"{e(f'arith.cmpf oeq, {y}, {fz} : {part}')} : i1")
+
+        a0, b0 = both_zero(ar, ai), both_zero(br, bi)
+        pos = e(f"arith.cmpf ogt, {br}, {fz} : {part}")
+        zero, one, nan = (e(const_text(v, row)[0]) for v in (0, 1, complex(np.nan, np.nan)))
+        at0 = e(f"arith.select {pos}, {zero}, {nan} : {t}")
+        r = e(f"arith.select {a0}, {at0}, {p} : {t}")
+        return e(f"arith.select {b0}, {one}, {r} : {t}")
 
     def int_pow(self, a: str, b: str, t: str) -> str:
         """``a ** b`` on integers (wrapping like NumPy): square-and-multiply in an
@@ -403,20 +426,32 @@ class Body(Casts):
         # In a sparse loop one branch is a constant (see materialize_inner_reductions): the
         # select runs in the regions of a sparse_tensor.binary over the condition and the
         # other branch, which say what an absent side means.
-        k = 1 if isinstance(e.right, Const) else 0        # which branch is the tensor one
+        # which branch is the tensor one; the other is a constant or loop-invariant (a scalar
+        # operand: its value unknown here, so taken as nonzero)
+        k = 1 if not used_indices(e.right) else 0
         tensor_branch, const_branch = (e.left, e.right) if k == 1 else (e.right, e.left)
-        if not isinstance(const_branch, Const):
+        if used_indices(const_branch):
             raise DTypeError(f"where over sparse operands needs a constant branch: {e}")
         bt = body_type(row)
-        kval = const_branch.value
+        kval = const_branch.value if isinstance(const_branch, Const) else None
 
         def sel(p, q):
             kc = self.value(const_branch, row)
             return self.select(p, q, kc, row) if k == 1 else self.select(p, kc, q, row)
         if not self.sparse_in(e.cond):
             return self._where_dense_condition(e.cond, tensor_branch, sel, row, kval)
-        c = self.value(e.cond, BOOL)
+        c = self._sparse_condition(e.cond)
         v = self.value(tensor_branch, row)
+        if not used_indices(tensor_branch):
+            # both branches loop-invariant (where(C, y, 0) of a scalar operand y): a
+            # sparse_tensor.binary of a sparse value and an invariant one crashes the sparsifier
+            # (a segfault); a unary of the condition whose absent side (condition False)
+            # yields the false branch
+            present = self.region(["i8"], lambda p: sel(p, v), bt)
+            false = v if k == 0 else (None if kval == 0 else self.value(const_branch, row))
+            absent = None if self.stored or false is None else self.region([], lambda: false, bt)
+            return self.sparse_op(f"sparse_tensor.unary {c} : i8 to {bt}",
+                                  [("present", present), ("absent", absent)])
         overlap = self.region(["i8", bt], sel, bt)
         left = right = None
         if not self.stored:
@@ -439,6 +474,20 @@ class Body(Casts):
                     right = self.region([bt], lambda q: self.value(const_branch, row), bt)
         return self.sparse_op(f"sparse_tensor.binary {c}, {v} : i8, {bt} to {bt}",
                               [("overlap", overlap), ("left", left), ("right", right)])
+
+    def _sparse_condition(self, cond: Expr) -> str:
+        """A sparse ``where`` condition as i8 over its stored entries.  A condition that is
+        not bool is computed in its own dtype and converted in a ``sparse_tensor.unary`` with
+        an empty ``absent`` region (an unstored condition is 0: False): the sparsifier admits
+        ``arith.cmpf``/``cmpi`` on a sparse value but not ``complex.neq``, and failed to
+        legalize the ``sparse_tensor.binary`` over a complex condition's ``!= 0``."""
+        crow = row_of(self.node_dtypes[cond])
+        if crow.kind == "bool" or self.stored or isinstance(cond, Stored):
+            return self.value(cond, BOOL)
+        v, t = self.value(cond), body_type(crow)
+        return self.sparse_op(f"sparse_tensor.unary {v} : {t} to i8",
+                              [("present", self.region([t], lambda p: self.cast(p, crow, BOOL), "i8")),
+                               ("absent", None)])
 
     def _where_dense_condition(self, cond: Expr, tensor_branch: Expr, sel, row: dt.DType, kval) -> str:
         """``where`` whose condition reads dense operands only: ``sparse_tensor.unary`` of the

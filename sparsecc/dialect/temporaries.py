@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from ..errors import FormatError
 from ..expr import Access, Binary, Const, Dense, Expr, Index, Reduce, Stored, Unary, Where, accesses, \
-    free_indices
+    describe, free_indices, show, used_indices
 from ..formats import Format
 from .constants import const_text, row_of
 from .regions import ARITH
@@ -48,10 +49,22 @@ class Temporaries:
         """
         sparse_kernel = any(a.tensor in self.encs for a in accesses(e))
 
-        def visit(node: Expr, root: bool, stored: bool = False) -> Expr:
+        # ``stored``: False, or the node is computed over stored entries only (a monoid other
+        # than NumPy's sum, ``stored(...)``): "plus" where only products lead up to a "plus"
+        # reduction (an unstored 0 then adds nothing), else True
+        def visit(node: Expr, root: bool, stored=False) -> Expr:
             if isinstance(node, Access):
                 if len(set(node.indices)) != len(node.indices):
                     if node.tensor in self.encs:
+                        if stored is True:
+                            # the dense diagonal turns its unstored entries into stored zeros,
+                            # which a min/max/times monoid or a non-annihilating multiply counts
+                            raise FormatError(
+                                f"{describe(node.tensor)} is sparse and read through a repeated index "
+                                f"({show(node)}) in a reduction over stored entries (a semiring other "
+                                f"than plus_times, a monoid, stored()): MLIR 22 builds its diagonal "
+                                f"densely, where an unstored entry would count as a stored 0; not "
+                                f"supported (docs/semirings.md, Limitations)")
                         return self.diagonal(node)
                     if sparse_kernel:
                         # a dense operand's diagonal (a (d0) -> (d0, d0) map) next to a sparse
@@ -60,18 +73,22 @@ class Temporaries:
                 return node
             if isinstance(node, (Const, Index)):
                 return node
+            inner = True if stored else False           # below a function, a select, a non-product
             if isinstance(node, Unary):
-                new = Unary(node.fn, visit(node.arg, False, stored))
+                new = Unary(node.fn, visit(node.arg, False, inner))
             elif isinstance(node, Binary):
-                new = Binary(node.op, visit(node.left, False, stored), visit(node.right, False, stored))
+                sides = stored if node.op == "*" else inner
+                new = Binary(node.op, visit(node.left, False, sides), visit(node.right, False, sides))
             elif isinstance(node, Where):
-                kids = [visit(c, False, stored) for c in (node.cond, node.left, node.right)]
+                kids = [visit(c, False, inner) for c in (node.cond, node.left, node.right)]
                 new = Where(*kids)
-                if (not any(isinstance(k, Const) for k in kids[1:])
+                if (all(used_indices(k) for k in kids[1:])
                         and any(a.tensor in self.encs for a in accesses(new))):
                     # a select in a sparse loop takes two tensor values (the condition and one
                     # branch) in sparse_tensor.binary: where(c, a, b) = where(c, a, 0) + where(c, 0, b),
-                    # exactly (one side is always 0)
+                    # exactly (one side is always 0).  A loop-invariant branch (a constant, a
+                    # scalar operand) stays in place: regions.where selects it in the binary's
+                    # regions (split, where(C, 0, y) crashed the sparsifier next to where(C, X, 0))
                     zero = Const(0)
                     self.node_dtypes.setdefault(zero, np.dtype(np.int64))
                     l, r = Where(kids[0], kids[1], zero), Where(kids[0], zero, kids[2])
@@ -79,7 +96,7 @@ class Temporaries:
                     self._retype(node, r)
                     new = Binary("+", l, r)
             elif isinstance(node, Stored):
-                new = Stored(visit(node.body, root, True))
+                new = Stored(visit(node.body, root, "plus" if stored == "plus" else True))
             elif isinstance(node, Dense):
                 body = visit(node.body, root)
                 self._retype(node, body)
@@ -87,7 +104,8 @@ class Temporaries:
                     return body
                 return self.temporary(body)
             else:
-                new = Reduce(node.op, node.indices, visit(node.body, False, node.op != "sum"), node.identity)
+                below = False if node.op == "sum" else ("plus" if node.op == "plus" else True)
+                new = Reduce(node.op, node.indices, visit(node.body, False, below), node.identity)
             self._retype(node, new)
             if isinstance(new, Reduce) and not root:
                 return self.temporary(new)

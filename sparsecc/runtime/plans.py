@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from .. import dtypes as dt
 from ..errors import FormatError, OperandError, ShapeError
-from ..expr import Statement, accesses, describe, index_sizes
+from ..expr import Statement, accesses, bind_by_name, describe, index_sizes
 from ..formats import Format, resolve
 from . import specialization as _spec
 from .memref import ArgPacker
@@ -30,22 +30,8 @@ from .validate import check_widths, validate
 
 def bind_named(source: str, names, args, kwargs) -> list:
     """The operands of index-notation statement ``source`` (operand ``names``), given by
-    position and/or by name, in ``names`` order; clear errors for extra, unknown, repeated
-    or missing operands."""
-    if len(args) > len(names):
-        raise OperandError(f"'{source}' takes {len(names)} operands ({', '.join(names)}), "
-                           f"got {len(args)} positional")
-    values = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k not in names:
-            raise OperandError(f"'{source}' has no operand {k!r}; its operands are {', '.join(names)}")
-        if k in values:
-            raise OperandError(f"operand {k!r} given twice")
-        values[k] = v
-    missing = [o for o in names if o not in values]
-    if missing:
-        raise OperandError(f"'{source}' needs operand(s) {', '.join(missing)}")
-    return [values[o] for o in names]
+    position and/or by name, in ``names`` order (:func:`sparsecc.expr.bind_by_name`)."""
+    return bind_by_name(f"'{source}'", names, args, kwargs)
 
 
 _SPARSE_TYPES = {sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix, sp.coo_array, sp.coo_matrix}

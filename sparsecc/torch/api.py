@@ -13,7 +13,8 @@ import torch
 
 import sparsecc as sc
 from .. import autodiff
-from ..errors import DTypeError, FormatError, OperandError, SparseccError
+from .. import dtypes as dt
+from ..errors import DTypeError, FormatError, OperandError, ParseError, SparseccError
 from ..formats import Format, resolve
 from ..parse import looks_like_notation, parse_notation
 from ..runtime import threads as _threads
@@ -49,8 +50,11 @@ def _check_tensor(t: torch.Tensor, what: str) -> None:
                                f"tensors where a CUDA device is usable"
                                + (f" ({problem})" if problem else "") + "; move it with .cpu()")
     if t.dtype not in _DTYPES:
+        narrow = str(t.dtype).removeprefix("torch.") in dt.NARROW_INTEGERS
         raise DTypeError(f"{what} has dtype {t.dtype}; sparsecc.torch takes float32, float64, complex64, "
-                         f"complex128, int32, int64 and bool (convert float16/bfloat16 with .float())")
+                         f"complex128, int32, int64 and bool (" + (
+                             "narrow integers are refused on purpose: convert with .int(); docs/dsl.md, "
+                             "Known limitations)" if narrow else "convert float16/bfloat16 with .float())"))
     if t.layout not in _LAYOUT_NAMES and t.layout != torch.strided:
         raise FormatError(f"{what} has layout {t.layout}; sparsecc.torch takes strided, sparse_coo, "
                           f"sparse_csr, sparse_csc and sparse_bsr tensors")
@@ -303,6 +307,39 @@ def _grad_tensor(t: torch.Tensor, g) -> torch.Tensor:
     return torch.sparse_bsr_tensor(t.crow_indices(), t.col_indices(), vals, t.shape, check_invariants=False)
 
 
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr)
+
+
+def _refuse_repeated(x, what: str) -> None:
+    """A SparseccError for a compressed tensor (SciPy ``x`` over its buffers) whose indices
+    are not strictly increasing within a row (CSC: a column), which torch's invariants
+    require and only ``check_invariants=False`` builds.  The forward pass reads such a
+    tensor as torch's own products do (repeated elements summed), but torch's backward of
+    the tensor's constructor (SparseCompressedTensorBackward0) fails on repeated indices
+    (a shape error) and assigns the gradients of unsorted ones to the wrong elements:
+    refused before running, in the user's terms.  O(nnz)."""
+    ptr, ind = x.indptr, x.indices
+    if ind.size < 2:
+        return
+    step = np.diff(ind.astype(np.int64))
+    starts = ptr[1:-1]
+    inner = np.ones(ind.size - 1, bool)
+    inner[starts[(starts > 0) & (starts < ind.size)] - 1] = False     # the step into a new row
+    if np.all(step[inner] > 0):
+        return
+    line = "column" if x.format == "csc" else "row"
+    how = "twice in one" if np.any(step[inner] == 0) or not _unique_per_line(ptr, ind) else "out of order in a"
+    raise SparseccError(f"{what} stores an index {how} {line} (a tensor built with check_invariants=False); "
+                        f"torch's backward of such a tensor is wrong or fails, so it cannot take a gradient here: "
+                        f"coalesce it first (t.to_sparse_coo().coalesce().to_sparse_csr()), or detach it")
+
+
+def _unique_per_line(ptr, ind) -> bool:
+    outer = np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
+    key = outer * (int(ind.max()) + 1) + ind
+    return np.unique(key).size == key.size
+
+
 def _run(kernel, args: list, whats: list):
     """Call ``kernel`` on ``args`` (operand order), through autograd when a tensor needs it."""
     sync_threads()
@@ -313,6 +350,9 @@ def _run(kernel, args: list, whats: list):
     operands = [to_sparsecc(t, w) for t, w in zip(args, whats)]
     if not grad:
         return from_sparsecc(kernel(*operands))
+    for t, x, w in zip(args, operands, whats):
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.layout in _COMPRESSED:
+            _refuse_repeated(x, w)
     steps = kernel.steps_for(operands) if hasattr(kernel, "steps_for") else None
     if steps is not None:                       # planned: gradients through each step
         return _ApplyPlan.apply((*steps, kernel.stmt.operands, kernel), operands, *args)
@@ -373,6 +413,14 @@ class TorchKernel:
         if not isinstance(expr, str):
             raise SparseccError(f"an expression is a string, got {type(expr).__name__}")
         self.source = expr
+        from ..program import is_program
+        if is_program(expr):
+            # a program's call path (sparsecc/program.py) has no autograd Function over its
+            # steps: refused in the user's terms, not "unexpected character ';'"
+            raise ParseError("sparsecc.torch runs one statement at a time; a program of several statements "
+                             "(separated by ';' or newlines) runs through sc.compile/sc.evaluate on NumPy/SciPy "
+                             "operands, or through sc.lazy on torch tensors (values only): for gradients, call "
+                             "sct.evaluate once per statement")
         self._notation = looks_like_notation(expr)
         self._formats, self._named = tuple(formats), dict(named)
         self._kw = dict(options=options, out_format=out_format, prune=prune, check=check)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 
 from .. import ops as _ops
@@ -39,7 +40,9 @@ def _back(r):
         return tuple(_back(e) for e in r)
     if isinstance(r, list):
         return [_back(e) for e in r]
-    if r is None or isinstance(r, (bool, int, float, complex)):
+    # a Python scalar (nnz, a flag) stays one; a NumPy scalar (a reduction's result:
+    # np.float64 is a float too) becomes a 0-d tensor, as torch's own reductions return
+    if r is None or (isinstance(r, (bool, int, float, complex)) and not isinstance(r, np.generic)):
         return r
     return from_sparsecc(r)
 
