@@ -99,7 +99,7 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     for a in accs:
         if len(set(a.indices)) != len(a.indices) or not _dense(fmts[a.tensor], len(a.indices)):
             return None
-    ys = [a for a in accs if a.indices and a.indices[-1] == j and i not in a.indices]
+    ys = [a for a in accs if j in a.indices and i not in a.indices]
     if len(ys) != 1:
         return None
     Y = ys[0]
@@ -107,6 +107,8 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     if j in X.indices or i not in X.indices or k not in X.indices or k not in Y.indices:
         return None
     batch = set(out[:-2])
+    if Y.indices[-1] != j and (set(Y.indices) & batch or dt.TABLE[dtypes[0]].kind == "complex"):
+        return None          # Y read with its own strides: only the packed kernel (emit) does
     if not set(X.indices) <= batch | {i, k} or not set(Y.indices) <= batch | {k, j}:
         return None
     if not batch <= set(X.indices) | set(Y.indices):
