@@ -136,7 +136,7 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
         return _emit_packed(plan, params, dtype, parallel, facts)
     size = {ix: f"%size_{ix}" for ix in plan.index_order}
     batch, i, j, k = plan.out[:-2], plan.out[-2], plan.out[-1], plan.k
-    R = ROWS if vec else 1
+    R = ROWS
     W = max(1, BLOCK_REGISTERS * facts.vector_bytes // row.numpy.itemsize) if vec else 1
 
     t = Text()
@@ -155,8 +155,37 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     def subs(indices, at: dict) -> str:
         return ", ".join(at[ix] for ix in indices)
 
+    def complex_tile(at: dict, rws: list[str], jb: str) -> None:
+        """C[rows, jb] = sum over k, the real and imaginary parts summed apart in float
+        registers (``complex.mul``'s lowering recovers infinities and NaNs, C99 Annex G: many
+        times slower; the product as BLAS's zgemm and NumPy's matmul take it)."""
+        F = T[8:-1]
+        accs = [(t.fresh("re"), t.fresh("im")) for _ in rws]
+        res = t.fresh("res")
+        z = t.op(f"arith.constant 0.0 : {F}")
+        args = ", ".join(f"{a} = {z}" for pair in accs for a in pair)
+        types = ", ".join([F] * 2 * len(rws))
+        t(f"{res}:{2 * len(rws)} = scf.for %k = %c0 to {K} step %c1 iter_args({args}) -> ({types}) {{")
+        at = dict(at, **{k: "%k", j: jb})
+        y = t.op(f"memref.load %Y[{subs(plan.y, at)}] : {YT}")
+        yr, yi = t.op(f"complex.re {y} : {T}"), t.op(f"complex.im {y} : {T}")
+        new = []
+        for (re, im), ir in zip(accs, rws):
+            x = t.op(f"memref.load %X[{subs(plan.x, dict(at, **{i: ir}))}] : {XT}")
+            xr, xi = t.op(f"complex.re {x} : {T}"), t.op(f"complex.im {x} : {T}")
+            nxi = t.op(f"arith.negf {xi} : {F}")
+            new.append(t.op(f"math.fma {nxi}, {yi}, {t.op(f'math.fma {xr}, {yr}, {re} : {F}')} : {F}"))
+            new.append(t.op(f"math.fma {xi}, {yr}, {t.op(f'math.fma {xr}, {yi}, {im} : {F}')} : {F}"))
+        t(f"  scf.yield {', '.join(new)} : {types}")
+        t("}")
+        for n, ir in enumerate(rws):
+            v = t.op(f"complex.create {res}#{2 * n}, {res}#{2 * n + 1} : {T}")
+            t(f"memref.store {v}, %C[{subs(plan.out, dict(at, **{i: ir}))}] : {CT}")
+
     def tile(at: dict, rws: list[str], jb: str, mask: str | None) -> None:
         """C[rows, jb:jb+W] = sum over k (in registers), masked by ``mask``."""
+        if not vec:
+            return complex_tile(at, rws, jb)
         ty = f"vector<{W}x{T}>" if vec else T
         accs = [t.fresh("acc") for _ in rws]
         res = t.fresh("res")
