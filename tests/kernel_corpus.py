@@ -70,6 +70,19 @@ def _cases() -> list[tuple]:
                 for dtype in ("float64", "int32"):
                     fmts = tuple(a if len(s) == 3 else ("dense", 1) for s in expr.split("->")[0].split(","))
                     cases.append(("einsum", expr, fmts, (dtype,) * 2, None))
+    # TTM over a 3-D COO (SoA and AoS, widths): the Tucker chain's sparse step
+    for layout, w in (("coo", 32), ("coo", 64), ("aos", 32)):
+        for dtype in ("float64", "float32", "int64"):
+            cases.append(("einsum", "ijk,kr->ijr", ((layout, w, w), d2), (dtype,) * 2, None))
+    # dense gemm: packed (Y row-major or transposed, a transposed result, X transposed, a batch
+    # index of X) and unpacked (a batch index of Y, complex values); dtypes
+    for expr in ("ik,kj->ij", "ik,jk->ij", "ik,kj->ji", "ki,kj->ij", "ijk,jl->ikl", "bik,bkj->bij"):
+        ranks = [len(s) for s in expr.split("->")[0].split(",")]
+        for dtype in ("float64", "float32", "int64", "int32"):
+            cases.append(("einsum", expr, tuple(("dense", r) for r in ranks), (dtype,) * 2, None))
+    for expr in ("ik,kj->ij", "bik,bkj->bij"):
+        ranks = [len(s) for s in expr.split("->")[0].split(",")]
+        cases.append(("einsum", expr, tuple(("dense", r) for r in ranks), ("complex128",) * 2, None))
     # unions: A + B, A - B, scaled terms; CSR and CSC; widths; dtypes
     for text, scal in (("C[i,j] = A[i,j] + B[i,j]", 0), ("C[i,j] = A[i,j] - B[i,j]", 0),
                        ("C[i,j] = a*A[i,j] - B[i,j]*b", 2), ("C[i,j] = A[i,j]*a + b*B[i,j]", 2)):

@@ -88,25 +88,48 @@ def test_spellings(expr, shapes):
     assert _handwritten(k)
 
 
+# (m, k, n) across the cache blocks: k past gemm.KC, n past a panel (gemm.PANEL_BYTES) and
+# a column block into the next, rows a remainder of ROWS
+BLOCKED = [(gemm.ROWS + 1, gemm.KC + 3, 2), (2, 2 * gemm.KC, 513 + 19)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", pytest.param("float32", marks=SLOW), "int64"])
+@pytest.mark.parametrize("expr", ["ik,kj->ij", "ik,jk->ij", "ik,kj->ji", pytest.param("ki,jk->ji", marks=SLOW)])
+def test_cache_blocks_and_transposed_y(expr, dtype):
+    """Y stored transposed (``ik,jk->ij``) and a transposed result (``ik,kj->ji``: the roles
+    swap, Y's column index first) are read with their own strides by the packing step."""
+    rng = np.random.default_rng(_seed("gemm-blocked", expr, dtype))
+    k = sc.compile(expr, "dense", "dense")
+    ins, _ = expr.split("->")
+    for m, kk, n in SHAPES[:6] + BLOCKED:
+        size = {"i": m, "k": kk, "j": n}
+        ops = [_values(tuple(size[c] for c in sub), dtype, rng) for sub in ins.split(",")]
+        _same(k(*ops), np.einsum(expr, *ops))
+        assert _handwritten(k)
+
+
 def test_unserved_spellings_keep_the_sparsifier():
-    """Y's last index not the result's (``ik,jk->ij``), a transposed result: no vector rows to load."""
+    """Y transposed where only the unpacked kernel would serve it (complex values; a batch
+    index of Y): the sparsifier's kernel."""
     rng = np.random.default_rng(_seed("gemm-unserved"))
-    for expr in ("ik,jk->ij", "ik,kj->ji"):
-        X, Y = rng.random((4, 5)), rng.random((6, 5) if expr == "ik,jk->ij" else (5, 6))
+    for expr, shapes, dtype in (("ik,jk->ij", [(4, 5), (6, 5)], "complex128"),
+                                ("bik,bjk->bij", [(2, 4, 5), (2, 6, 5)], "float64")):
+        ops = [_values(s, dtype, rng) for s in shapes]
         k = sc.compile(expr, "dense", "dense")
-        _same(k(X, Y), np.einsum(expr, X, Y))
+        _same(k(*ops), np.einsum(expr, *ops))
         assert not _handwritten(k)
 
 
 def test_threads_give_the_same_bits(kernel):
     rng = np.random.default_rng(_seed("gemm-threads"))
-    X, Y = rng.random((3001, 77)), rng.random((77, 45))
-    sc.set_num_threads(1)
-    one = kernel(X, Y)
-    sc.set_num_threads(2)
-    two = kernel(X, Y)
-    assert np.array_equal(one, two)
-    _same(two, X @ Y)
+    for m, k, n in ((3001, 77, 45), (601, gemm.KC + 40, 530)):     # the second: two k blocks, two panels
+        X, Y = rng.random((m, k)), rng.random((k, n))
+        sc.set_num_threads(1)
+        one = kernel(X, Y)
+        sc.set_num_threads(2)
+        two = kernel(X, Y)
+        assert np.array_equal(one, two)
+        _same(two, X @ Y)
 
 
 def test_blocks_follow_the_target_vector_width():

@@ -44,7 +44,7 @@ from ... import dtypes as dt
 from ...expr import Access, Binary, Statement
 from ...formats import Format
 from ...kernel_abi import PARALLEL_CHUNK, TargetFacts
-from .emit import Text, kernel_head, module, multiply_add
+from .emit import Text, if_yield, kernel_head, module, multiply_add
 from .recognize import RolePlan, index_order, one_kind, plain_sum
 
 #: the columns of one block, in vector registers of the target (``TargetFacts.vector_bytes``):
@@ -99,7 +99,7 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     for a in accs:
         if len(set(a.indices)) != len(a.indices) or not _dense(fmts[a.tensor], len(a.indices)):
             return None
-    ys = [a for a in accs if a.indices and a.indices[-1] == j and i not in a.indices]
+    ys = [a for a in accs if j in a.indices and i not in a.indices]
     if len(ys) != 1:
         return None
     Y = ys[0]
@@ -107,6 +107,8 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     if j in X.indices or i not in X.indices or k not in X.indices or k not in Y.indices:
         return None
     batch = set(out[:-2])
+    if Y.indices[-1] != j and (set(Y.indices) & batch or dt.TABLE[dtypes[0]].kind == "complex"):
+        return None          # Y read with its own strides: only the packed kernel (emit) does
     if not set(X.indices) <= batch | {i, k} or not set(Y.indices) <= batch | {k, j}:
         return None
     if not batch <= set(X.indices) | set(Y.indices):
@@ -130,9 +132,11 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
         r = plan.role(op)
         params.append(f"%{r}: {XT if r == 'X' else YT}")
     params.append(f"%C: {CT}")
+    if vec and not set(plan.y) & set(plan.out[:-2]):
+        return _emit_packed(plan, params, dtype, parallel, facts)
     size = {ix: f"%size_{ix}" for ix in plan.index_order}
     batch, i, j, k = plan.out[:-2], plan.out[-2], plan.out[-1], plan.k
-    R = ROWS if vec else 1
+    R = ROWS
     W = max(1, BLOCK_REGISTERS * facts.vector_bytes // row.numpy.itemsize) if vec else 1
 
     t = Text()
@@ -151,8 +155,37 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     def subs(indices, at: dict) -> str:
         return ", ".join(at[ix] for ix in indices)
 
+    def complex_tile(at: dict, rws: list[str], jb: str) -> None:
+        """C[rows, jb] = sum over k, the real and imaginary parts summed apart in float
+        registers (``complex.mul``'s lowering recovers infinities and NaNs, C99 Annex G: many
+        times slower; the product as BLAS's zgemm and NumPy's matmul take it)."""
+        F = T[8:-1]
+        accs = [(t.fresh("re"), t.fresh("im")) for _ in rws]
+        res = t.fresh("res")
+        z = t.op(f"arith.constant 0.0 : {F}")
+        args = ", ".join(f"{a} = {z}" for pair in accs for a in pair)
+        types = ", ".join([F] * 2 * len(rws))
+        t(f"{res}:{2 * len(rws)} = scf.for %k = %c0 to {K} step %c1 iter_args({args}) -> ({types}) {{")
+        at = dict(at, **{k: "%k", j: jb})
+        y = t.op(f"memref.load %Y[{subs(plan.y, at)}] : {YT}")
+        yr, yi = t.op(f"complex.re {y} : {T}"), t.op(f"complex.im {y} : {T}")
+        new = []
+        for (re, im), ir in zip(accs, rws):
+            x = t.op(f"memref.load %X[{subs(plan.x, dict(at, **{i: ir}))}] : {XT}")
+            xr, xi = t.op(f"complex.re {x} : {T}"), t.op(f"complex.im {x} : {T}")
+            nxi = t.op(f"arith.negf {xi} : {F}")
+            new.append(t.op(f"math.fma {nxi}, {yi}, {t.op(f'math.fma {xr}, {yr}, {re} : {F}')} : {F}"))
+            new.append(t.op(f"math.fma {xi}, {yr}, {t.op(f'math.fma {xr}, {yi}, {im} : {F}')} : {F}"))
+        t(f"  scf.yield {', '.join(new)} : {types}")
+        t("}")
+        for n, ir in enumerate(rws):
+            v = t.op(f"complex.create {res}#{2 * n}, {res}#{2 * n + 1} : {T}")
+            t(f"memref.store {v}, %C[{subs(plan.out, dict(at, **{i: ir}))}] : {CT}")
+
     def tile(at: dict, rws: list[str], jb: str, mask: str | None) -> None:
         """C[rows, jb:jb+W] = sum over k (in registers), masked by ``mask``."""
+        if not vec:
+            return complex_tile(at, rws, jb)
         ty = f"vector<{W}x{T}>" if vec else T
         accs = [t.fresh("acc") for _ in rws]
         res = t.fresh("res")
@@ -245,6 +278,193 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
         t(f"scf.for %t = %c0 to {total} step %c1 {{")
         body("%t")
         t("}")
+    t("return")
+    attrs = f"{PARALLEL_CHUNK} = 1 : i64" if parallel else ""
+    return module([], kernel_head(params, attrs=attrs), t.lines)
+
+
+#: cache blocking of the packed kernel (:func:`_emit_packed`): ``k`` in blocks of ``KC``, so a
+#: block of ``ROWS`` rows of X (``ROWS x KC``) stays in L1 while the column blocks of the
+#: panel pass under it; ``j`` in panels of about ``PANEL_BYTES`` (``KC`` x the panel's
+#: columns, packed), which stay in L2 while every row block of the panel passes over them
+KC = 256
+PANEL_BYTES = 1 << 20
+
+
+def _emit_packed(plan: Plan, params: list[str], dtype: str, parallel: bool, facts: TargetFacts) -> str:
+    """The cache-blocked kernel (Y without batch indices, real values): for each panel of
+    ``j`` (:data:`PANEL_BYTES`) and block of ``k`` (:data:`KC`), Y's block is copied into a
+    contiguous buffer, one column block after another (``KC x W`` each, the last padded with
+    zeros), read with Y's own strides - so Y may be stored transposed (``ik,jk->ij``, or a
+    transposed result ``ik,kj->ji``, where the roles swap) -; then every row block runs its
+    register tiles over it, starting from zero at the first ``k`` block and from the partial
+    sums in C after it.  Each entry is still summed by one thread in ``k``'s order: the
+    results equal the unblocked kernel's, bit for bit, at any thread count."""
+    row = dt.TABLE[dtype]
+    T = row.storage
+    XT, CT = _memref(len(plan.x), T), _memref(len(plan.out), T)
+    YT = _memref(len(plan.y), T)
+    size = {ix: f"%size_{ix}" for ix in plan.index_order}
+    batch, i, j, k = plan.out[:-2], plan.out[-2], plan.out[-1], plan.k
+    R = ROWS
+    W = max(1, BLOCK_REGISTERS * facts.vector_bytes // row.numpy.itemsize)
+    ty, mty = f"vector<{W}x{T}>", f"vector<{W}xi1>"
+    NC = max(W, PANEL_BYTES // (KC * row.numpy.itemsize) // W * W)
+    y_rows = plan.y[-1] == j            # Y's columns contiguous: vector loads when packing
+
+    t = Text()
+    t.index_constants()
+    M, N, K = size[i], size[j], size[k]
+    rows_c = t.op(f"arith.constant {R} : index")
+    nb = t.op(f"arith.ceildivui {M}, {rows_c} : index")
+    total = nb
+    for bx in batch:
+        total = t.op(f"arith.muli {total}, {size[bx]} : index")
+    zv = t.op(f"arith.constant dense<{'0.0' if row.kind == 'float' else '0'}> : {ty}")
+    zs = t.op(f"arith.constant {'0.0' if row.kind == 'float' else '0'} : {T}")
+    cw, kc_c, nc_c = (t.op(f"arith.constant {v} : index") for v in (W, KC, NC))
+    # the packed buffer: min(K, KC) x (min(N, NC) rounded up to W)
+    kcap = t.op(f"arith.minui {K}, {kc_c} : index")
+    nmin = t.op(f"arith.minui {N}, {nc_c} : index")
+    ncap = t.op(f"arith.muli {t.op(f'arith.ceildivui {nmin}, {cw} : index')}, {cw} : index")
+    bsz = t.op(f"arith.maxui {t.op(f'arith.muli {kcap}, {ncap} : index')}, %c1 : index")
+    t(f"%B = memref.alloc({bsz}) {{alignment = 64 : i64}} : memref<?x{T}>")
+
+    def ysub(kv: str, jv: str) -> str:
+        return ", ".join(kv if ix == k else jv for ix in plan.y)
+
+    def pack(jc: str, nc: str, kc: str, kn: str) -> None:
+        """B[(b * kn + kk) * W + w] = Y[kc + kk, jc + b * W + w] (0 past N)."""
+        nblk = t.op(f"arith.ceildivui {nc}, {cw} : index")
+        t(f"scf.for %pb = %c0 to {nblk} step %c1 {{")
+        j0 = t.op(f"arith.addi {jc}, {t.op(f'arith.muli %pb, {cw} : index')} : index")
+        left = t.op(f"arith.subi {t.op(f'arith.addi {jc}, {nc} : index')}, {j0} : index")
+        base = t.op(f"arith.muli %pb, {kn} : index")
+        if y_rows:
+            mask = t.op(f"vector.create_mask {left} : {mty}")
+            t(f"scf.for %pk = %c0 to {kn} step %c1 {{")
+            kk = t.op(f"arith.addi {kc}, %pk : index")
+            v = t.op(f"vector.maskedload %Y[{ysub(kk, j0)}], {mask}, {zv} : {YT}, {mty}, {ty} into {ty}")
+            at = t.op(f"arith.muli {t.op(f'arith.addi {base}, %pk : index')}, {cw} : index")
+            t(f"vector.store {v}, %B[{at}] : memref<?x{T}>, {ty}")
+            t("}")
+        else:
+            t(f"scf.for %pw = %c0 to {cw} step %c1 {{")
+            jj = t.op(f"arith.addi {j0}, %pw : index")
+            inb = t.op(f"arith.cmpi ult, %pw, {left} : index")
+            t(f"scf.for %pk = %c0 to {kn} step %c1 {{")
+            kk = t.op(f"arith.addi {kc}, %pk : index")
+            v = if_yield(t, inb, T, lambda: t.op(f"memref.load %Y[{ysub(kk, jj)}] : {YT}"), lambda: zs)
+            row_at = t.op(f"arith.addi {base}, %pk : index")
+            at = t.op(f"arith.addi {t.op(f'arith.muli {row_at}, {cw} : index')}, %pw : index")
+            t(f"memref.store {v}, %B[{at}] : memref<?x{T}>")
+            t("}")
+            t("}")
+        t("}")
+
+    def subs(indices, at: dict) -> str:
+        return ", ".join(at[ix] for ix in indices)
+
+    def tile(at: dict, rws: list[str], pb: str, jb: str, kc: str, kn: str, first: str, mask: str | None) -> None:
+        """C[rows, jb:jb+W] (+)= sum over this k block, in registers."""
+        accs = [t.fresh("acc") for _ in rws]
+        cs = [subs(plan.out, dict(at, **{i: ir, j: jb})) for ir in rws]
+
+        def start(c):
+            if mask is None:
+                return t.op(f"vector.load %C[{c}] : {CT}, {ty}")
+            return t.op(f"vector.maskedload %C[{c}], {mask}, {zv} : {CT}, {mty}, {ty} into {ty}")
+        inits = [if_yield(t, first, ty, lambda: zv, lambda c=c: start(c)) for c in cs]
+        res = t.fresh("res")
+        types = ", ".join([ty] * len(rws))
+        base = t.op(f"arith.muli {pb}, {kn} : index")
+        args = ", ".join(f"{a} = {v}" for a, v in zip(accs, inits))
+        t(f"{res}:{len(rws)} = scf.for %k = %c0 to {kn} step %c1 iter_args({args}) -> ({types}) {{")
+        yat = t.op(f"arith.muli {t.op(f'arith.addi {base}, %k : index')}, {cw} : index")
+        y = t.op(f"vector.load %B[{yat}] : memref<?x{T}>, {ty}")
+        kk = t.op(f"arith.addi {kc}, %k : index")
+        new = []
+        for acc, ir in zip(accs, rws):
+            x = t.op(f"memref.load %X[{subs(plan.x, dict(at, **{i: ir, k: kk}))}] : {XT}")
+            xb = t.op(f"vector.broadcast {x} : {T} to {ty}")
+            new.append(multiply_add(t, row.kind == "float", xb, y, acc, ty))
+        t(f"  scf.yield {', '.join(new)} : {types}")
+        t("}")
+        for n, c in enumerate(cs):
+            if mask is None:
+                t(f"vector.store {res}#{n}, %C[{c}] : {CT}, {ty}")
+            else:
+                t(f"vector.maskedstore %C[{c}], {mask}, {res}#{n} : {CT}, {mty}, {ty}")
+
+    def columns(at: dict, rws: list[str], panel) -> None:
+        jc, nc, kc, kn, first = panel
+        full = t.op(f"arith.divui {nc}, {cw} : index")
+        pb = t.fresh("pb")
+        t(f"scf.for {pb} = %c0 to {full} step %c1 {{")
+        tile(at, rws, pb, t.op(f"arith.addi {jc}, {t.op(f'arith.muli {pb}, {cw} : index')} : index"),
+             kc, kn, first, None)
+        t("}")
+        rest = t.op(f"arith.subi {nc}, {t.op(f'arith.muli {full}, {cw} : index')} : index")
+        t(f"scf.if {t.op(f'arith.cmpi ugt, {rest}, %c0 : index')} {{")
+        tile(at, rws, full, t.op(f"arith.addi {jc}, {t.op(f'arith.muli {full}, {cw} : index')} : index"),
+             kc, kn, first, t.op(f"vector.create_mask {rest} : {mty}"))
+        t("}")
+
+    def body(tv: str, panel) -> None:
+        at: dict = {}
+        blk = t.op(f"arith.remui {tv}, {nb} : index")
+        rest = t.op(f"arith.divui {tv}, {nb} : index")
+        for bx in reversed(batch):
+            at[bx] = t.op(f"arith.remui {rest}, {size[bx]} : index")
+            rest = t.op(f"arith.divui {rest}, {size[bx]} : index")
+        i0 = t.op(f"arith.muli {blk}, {rows_c} : index")
+        left = t.op(f"arith.subi {M}, {i0} : index")
+        t(f"scf.if {t.op(f'arith.cmpi uge, {left}, {rows_c} : index')} {{")
+        rws = [i0] + [t.op(f"arith.addi {i0}, {t.op(f'arith.constant {r} : index')} : index") for r in range(1, R)]
+        columns(at, rws, panel)
+        t("} else {")
+        ir = t.fresh("ir")
+        t(f"scf.for {ir} = {i0} to {M} step %c1 {{")
+        columns(at, [ir], panel)
+        t("}")
+        t("}")
+
+    if parallel:
+        flops = t.op(f"arith.muli {t.op(f'arith.muli {rows_c}, {ncap} : index')}, {kcap} : index")
+        unit = t.op(f"arith.constant {FMA_PER_WORK} : index")
+        per = t.op(f"arith.maxui {t.op(f'arith.divui {flops}, {unit} : index')}, %c1 : index")
+        n1 = t.op(f"arith.addi {total}, %c1 : index")
+        t(f"%work = memref.alloc({n1}) : memref<?xindex>")
+        t(f"scf.for %w = %c0 to {n1} step %c1 {{")
+        t(f"  memref.store {t.op(f'arith.muli %w, {per} : index')}, %work[%w] : memref<?xindex>")
+        t("}")
+    # k's blocks: at least one, so an empty k still writes its zeros
+    kend = t.op(f"arith.maxui {K}, %c1 : index")
+    t(f"scf.for %jc = %c0 to {N} step {nc_c} {{")
+    nc = t.op(f"arith.minui {nc_c}, {t.op(f'arith.subi {N}, %jc : index')} : index")
+    t(f"scf.for %kc = %c0 to {kend} step {kc_c} {{")
+    kn = t.op(f"arith.minui {kc_c}, {t.op(f'arith.subi {K}, %kc : index')} : index")
+    first = t.op("arith.cmpi eq, %kc, %c0 : index")
+    panel = ("%jc", nc, "%kc", kn, first)
+    pack("%jc", nc, "%kc", kn)
+    if parallel:
+        t(f"scf.parallel (%t) = (%c0) to ({total}) step (%c1) {{")
+        lo = t.op("memref.load %work[%t] : memref<?xindex>")
+        hi = t.op(f"memref.load %work[{t.op('arith.addi %t, %c1 : index')}] : memref<?xindex>")
+        t(f"scf.if {t.op(f'arith.cmpi ugt, {hi}, {lo} : index')} {{")
+        body(t.op(f"arith.divui {lo}, {per} : index"), panel)
+        t("}")
+        t("  scf.reduce")
+        t("}")
+    else:
+        t(f"scf.for %t = %c0 to {total} step %c1 {{")
+        body("%t", panel)
+        t("}")
+    t("}")
+    t("}")
+    if parallel:
+        t("memref.dealloc %work : memref<?xindex>")
+    t(f"memref.dealloc %B : memref<?x{T}>")
     t("return")
     attrs = f"{PARALLEL_CHUNK} = 1 : i64" if parallel else ""
     return module([], kernel_head(params, attrs=attrs), t.lines)
