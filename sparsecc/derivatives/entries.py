@@ -43,6 +43,16 @@ class Entries:
             m = self._masks[dtype] = self._mask.astype(dtype)
         return m
 
+    def carrying(self, values: np.ndarray):
+        """An operand storing ``values`` (one per entry, canonical order) on these entries:
+        the values move into the mask's layout, none is computed."""
+        m = self._mask
+        if not sp.issparse(m):
+            return np.ascontiguousarray(values).reshape(self.shape)
+        if m.format == "coo":
+            return sp.coo_array((values, m.coords), shape=m.shape)
+        return type(m)((values, m.indices, m.indptr), shape=m.shape)
+
     def same(self, other: "Entries") -> bool:
         return other is self or (self.shape == other.shape and np.array_equal(self.keys, other.keys))
 
