@@ -27,6 +27,7 @@ from .stored import StoredHessian, StoredHVP
 from .tensor import TensorJacobian, check_flatten
 
 __all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative", "HessianVector",
+           "PatternError",
            "NotDifferentiableError"]
 
 _TANGENT = "Tan_"
@@ -196,19 +197,50 @@ class Jacobian(_Derived):
             return rows, m.indices
         return m.indptr, m.indices
 
-    def values(self, layout: str = "csr", **operands) -> np.ndarray:
+    def values(self, layout: str = "csr", pattern=None, **operands) -> np.ndarray:
         """The values on the pattern in a fixed layout: CSR order (``"csr"``, and ``"coo"``:
         row-major triplets, ``pattern(layout="coo")``'s order) or CSC order (``"csc"``,
-        computed by the derivative kernel with a CSC result)."""
+        computed by the derivative kernel with a CSC result).  ``pattern``: the pattern the
+        caller holds (from ``pattern(layout=...)``); a ``PatternError`` if these operands'
+        pattern differs (values are never placed in a stale layout)."""
         _layout(layout)
         ops = self._operands(operands)
         t = self._tensor_for(ops)
         if t is not None:
-            return _tensor_layout(t.run(ops), layout, "values")
+            m = t.run(ops)
+            _same_pattern(pattern, lambda: _tensor_layout(m, layout, "pattern"))
+            return _tensor_layout(m, layout, "values")
         m = self._run(ops, "csc" if layout == "csc" else "csr")
         if not sp.issparse(m):
+            _same_pattern(pattern, lambda: _full_pattern(m.shape, layout))
             return np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1)
+        _same_pattern(pattern, lambda: _compressed_layout(m, layout))
         return m.data
+
+
+class PatternError(OperandError):
+    """``values(..., pattern=p)`` for operands whose derivative pattern is not ``p``."""
+
+
+def _same_pattern(given, current):
+    if given is None:
+        return
+    cur = current()
+    if len(given) != len(cur) or not all(np.shape(a) == np.shape(b) and np.array_equal(a, b)
+                                         for a, b in zip(given, cur)):
+        raise PatternError("these operands' derivative pattern differs from the pattern passed (it was "
+                           "computed for other operand patterns): call pattern(...) again for them")
+
+
+def _full_pattern(shape, layout):
+    m = sp.csr_array(np.ones(shape, bool)) if layout != "csc" else sp.csc_array(np.ones(shape, bool))
+    return _compressed_layout(m, layout)
+
+
+def _compressed_layout(m, layout):
+    if layout == "coo":
+        return np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr)), m.indices
+    return m.indptr, m.indices
 
 
 def _ones_for(stmt: Statement, ops: dict, wrt: str, masked: bool) -> dict:
@@ -425,22 +457,29 @@ class Hessian(Jacobian):
             return np.repeat(np.arange(len(indptr) - 1, dtype=indices.dtype), np.diff(indptr)), indices[keep]
         return indptr, indices[keep]
 
-    def values(self, layout: str = "csr", triangle=None, **operands):
-        """As ``Jacobian.values``; ``triangle``: the values of that triangle, in its pattern's order."""
+    def values(self, layout: str = "csr", triangle=None, pattern=None, **operands):
+        """As ``Jacobian.values``; ``triangle``: the values of that triangle, in its pattern's
+        order; ``pattern``: the pattern the caller holds (checked, as for a Jacobian)."""
         ops = self._operands(operands)
         if self._stored_for(ops) is not None:
             _layout(layout)
-            return _tensor_layout(_triangle(self._matrix(ops, "csr"), triangle), layout, "values")
+            m = _triangle(self._matrix(ops, "csr"), triangle)
+            _same_pattern(pattern, lambda: _tensor_layout(m, layout, "pattern"))
+            return _tensor_layout(m, layout, "values")
         if triangle is None:
-            return super().values(layout, **operands)
+            return super().values(layout, pattern=pattern, **operands)
         _triangle(None, triangle)
         m = self._run(ops, "csc" if layout == "csc" else "csr")
         csc = layout == "csc"
-        if not sp.issparse(m):         # a full pattern: every entry, row- (column-) major
-            pat = (sp.csc_array if csc else sp.csr_array)(np.ones(m.shape, bool))
-            keep, _ = _kept(pat.indptr, pat.indices, triangle, csc)
+        full = not sp.issparse(m)
+        pat = (sp.csc_array if csc else sp.csr_array)(np.ones(m.shape, bool)) if full else m
+        keep, indptr = _kept(pat.indptr, pat.indices, triangle, csc)
+        if pattern is not None:
+            rows = np.repeat(np.arange(len(indptr) - 1, dtype=pat.indices.dtype), np.diff(indptr))
+            _same_pattern(pattern, lambda: (rows, pat.indices[keep]) if layout == "coo" else
+                          (indptr, pat.indices[keep]))
+        if full:                       # a full pattern: every entry, row- (column-) major
             return np.ascontiguousarray(m.T if csc else m).reshape(-1)[keep]
-        keep, _ = _kept(m.indptr, m.indices, triangle, csc)
         return m.data[keep]
 
 
