@@ -350,7 +350,10 @@ class ForwardDerivative(_Derived):
 def _scalar(stmt, source, what):
     if stmt.indices:
         raise SparseccError(f"{what} is for a scalar result ('f[] = ...' or 'f = ...'); '{source}' has "
-                            f"output indices {','.join(stmt.indices)}")
+                            f"output indices {','.join(stmt.indices)} (its second derivative is a tensor of "
+                            f"rank {len(stmt.indices) + 2}): differentiate a scalar of it instead, e.g. the "
+                            f"Lagrangian 'f[] = sum[{','.join(stmt.indices)}](y[{','.join(stmt.indices)}] * ...)', "
+                            f"or use sc.jacobian")
 
 
 def _gradient_statement(stmt, source, wrt):
