@@ -108,3 +108,40 @@ def test_not_holomorphic_refused(stmt):
 def test_conj_refused():
     with pytest.raises(sc.SparseccError, match="holomorphic"):
         sc.jacobian("r[i] = conj(u[i]) * c[i]", wrt="u")
+
+
+def test_complex_asin_atan_expm1_log1p_and_real_where():
+    # the functions not covered above, and a `where` whose condition reads only real operands
+    # (dense c and a real sparse A, stored as complex by the runtime) beside complex values
+    rng = np.random.default_rng(3)
+    z = rng.uniform(0.1, 0.5, N) + 1j * rng.uniform(0.1, 0.5, N)
+    c = rng.uniform(0, 1, N)
+    A = sp.random_array((N, N), density=0.4, format="csr", random_state=rng)
+    stmt = ("r[i] = asin(z[i]) + atan(z[i]) * c[i] + expm1(z[i]) - log1p(z[i]) * z[i]"
+            " + where(c[i] > 0.5, z[i] * z[i], 2 * z[i]) + sum[j](where(A[i,j] > 0.5, A[i,j] * z[j] * z[j], A[i,j] * z[j]))")
+    got = sc.jacobian(stmt, wrt="z")(z=z, c=c, A=A)
+    tc, tA = torch.tensor(c), torch.tensor(A.toarray())
+
+    def fn(u):
+        return (torch.asin(u) + torch.atan(u) * tc + torch.expm1(u) - torch.log1p(u) * u
+                + torch.where(tc > 0.5, u * u, 2 * u) + (torch.where(tA > 0.5, tA, 0) * u * u).sum(1)
+                + (torch.where(tA > 0.5, 0, tA) * u).sum(1))
+    tz = torch.tensor(z)
+    ref = _jacfwd(fn, tz)
+    np.testing.assert_allclose(got.toarray(), ref, rtol=1e-12, atol=1e-12)
+    h = 1e-6
+    for step in (h, 1j * h):
+        fd = np.stack([((fn(tz + step * e) - fn(tz - step * e)) / (2 * step)).numpy()
+                       for e in torch.eye(N, dtype=torch.complex128)], axis=1)
+        np.testing.assert_allclose(got.toarray(), fd, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(_stored(got), _stored(A) | np.eye(N, dtype=bool))
+
+
+def test_complex_ordering_is_numpys():
+    # complex values compare lexicographically (real parts first), as in NumPy
+    a = np.array([1 + 1j, 1 + 2j, 2 - 1j, 1 + 1j, np.nan + 0j])
+    b = np.array([1 + 2j, 1 + 1j, 1 + 5j, 1 + 1j, 1 + 0j])
+    for op in ("<", "<=", ">", ">="):
+        with np.errstate(invalid="ignore"):
+            want = np.where(eval(f"a {op} b"), 1.0, 0.0)                  # noqa: S307
+        np.testing.assert_array_equal(sc.evaluate(f"r[i] = where(a[i] {op} b[i], 1.0, 0.0)", a=a, b=b), want)

@@ -22,9 +22,12 @@ from ..parse import parse_notation
 from ..patterns import default_result_format
 from .common import _dtype_check, _identity, _in, _kernel
 from .symbolic import DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index, split_reads
+from .entries import EntryCache
+from .stored import StoredHessian, StoredHVP
 from .tensor import TensorJacobian, check_flatten
 
-__all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative",
+__all__ = ["jacobian", "jvp", "hessian", "hvp", "gradient", "Jacobian", "Hessian", "ForwardDerivative", "HessianVector",
+           "PatternError",
            "NotDifferentiableError"]
 
 _TANGENT = "Tan_"
@@ -194,19 +197,50 @@ class Jacobian(_Derived):
             return rows, m.indices
         return m.indptr, m.indices
 
-    def values(self, layout: str = "csr", **operands) -> np.ndarray:
+    def values(self, layout: str = "csr", pattern=None, **operands) -> np.ndarray:
         """The values on the pattern in a fixed layout: CSR order (``"csr"``, and ``"coo"``:
         row-major triplets, ``pattern(layout="coo")``'s order) or CSC order (``"csc"``,
-        computed by the derivative kernel with a CSC result)."""
+        computed by the derivative kernel with a CSC result).  ``pattern``: the pattern the
+        caller holds (from ``pattern(layout=...)``); a ``PatternError`` if these operands'
+        pattern differs (values are never placed in a stale layout)."""
         _layout(layout)
         ops = self._operands(operands)
         t = self._tensor_for(ops)
         if t is not None:
-            return _tensor_layout(t.run(ops), layout, "values")
+            m = t.run(ops)
+            _same_pattern(pattern, lambda: _tensor_layout(m, layout, "pattern"))
+            return _tensor_layout(m, layout, "values")
         m = self._run(ops, "csc" if layout == "csc" else "csr")
         if not sp.issparse(m):
+            _same_pattern(pattern, lambda: _full_pattern(m.shape, layout))
             return np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1)
+        _same_pattern(pattern, lambda: _compressed_layout(m, layout))
         return m.data
+
+
+class PatternError(OperandError):
+    """``values(..., pattern=p)`` for operands whose derivative pattern is not ``p``."""
+
+
+def _same_pattern(given, current):
+    if given is None:
+        return
+    cur = current()
+    if len(given) != len(cur) or not all(np.shape(a) == np.shape(b) and np.array_equal(a, b)
+                                         for a, b in zip(given, cur)):
+        raise PatternError("these operands' derivative pattern differs from the pattern passed (it was "
+                           "computed for other operand patterns): call pattern(...) again for them")
+
+
+def _full_pattern(shape, layout):
+    m = sp.csr_array(np.ones(shape, bool)) if layout != "csc" else sp.csc_array(np.ones(shape, bool))
+    return _compressed_layout(m, layout)
+
+
+def _compressed_layout(m, layout):
+    if layout == "coo":
+        return np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr)), m.indices
+    return m.indptr, m.indices
 
 
 def _ones_for(stmt: Statement, ops: dict, wrt: str, masked: bool) -> dict:
@@ -258,31 +292,50 @@ def _layout(layout):
 
 
 class ForwardDerivative(_Derived):
-    """``f(**operands, tangent=v)``: ``J @ v`` without forming J (one compiled kernel)."""
+    """``f(**operands, tangent=v)``: ``J @ v`` without forming J (one compiled kernel).  With
+    respect to a sparse operand's stored values (or a dense matrix's entries) ``v`` holds
+    one value per stored entry in canonical order (``sc.jacobian``'s columns)."""
+
+    sparse_wrt_ok = True
 
     def __init__(self, stmt, source, wrt, options):
         super().__init__(stmt, source, wrt, options)
         if _TANGENT in stmt.operands:
             raise SparseccError(f"'{source}' names an operand {_TANGENT}, which sc.jvp uses itself")
-        k = fresh_index(stmt, "k")
-        self.statement = contracted(stmt, wrt, _TANGENT, k, source=source)
+        self.rank = check_wrt(stmt, wrt, source, any_rank=True)
+        ks, taken = [], stmt
+        for _ in range(self.rank):
+            ks.append(fresh_index(taken, "k"))
+            taken = Statement(taken.output, taken.indices + (ks[-1],), taken.expr, taken.operands)
+        self.statement = contracted(stmt, wrt, _TANGENT, ks[0] if self.rank == 1 else tuple(ks), source=source)
         self._kernel = None
+        self._entries = EntryCache()
 
     def __repr__(self):
         return f"<sc.jvp of '{self.source}' wrt {self.wrt}: {self.statement}>"
+
+    def _tangent(self, w, tangent, dt):
+        """The tangent operand: ``tangent`` itself for a dense vector ``wrt``, else its values
+        on ``wrt``'s stored entries (moved into the entries' layout)."""
+        tangent = np.asarray(tangent)
+        stored = sp.issparse(w) or self.rank > 1
+        ent = self._entries.get(w) if stored else None
+        want = (ent.size,) if stored else np.shape(w)
+        if tangent.shape != want and not (stored and not sp.issparse(w) and tangent.shape == np.shape(w)):
+            what = (f"one value per stored entry of {self.wrt!r} in canonical order, shape {want}" if stored
+                    else f"{self.wrt!r}'s shape {want}")
+            raise OperandError(f"the tangent must have {what}, got {tangent.shape}")
+        if tangent.dtype.kind not in "fc" or (tangent.dtype.kind == "c" and dt.kind != "c"):
+            raise DTypeError(f"the tangent must be floating-point (complex for a complex derivative), "
+                             f"got {tangent.dtype}")
+        return ent.carrying(tangent.reshape(-1)) if stored else tangent
 
     def __call__(self, tangent=None, **operands):
         if tangent is None:
             raise OperandError("sc.jvp(...)(..., tangent=v): the tangent is missing")
         ops = self._operands(operands)
         dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
-        tangent = np.asarray(tangent)
-        if tangent.shape != np.shape(ops[self.wrt]):
-            raise OperandError(f"the tangent must have {self.wrt!r}'s shape {np.shape(ops[self.wrt])}, "
-                               f"got {tangent.shape}")
-        if tangent.dtype.kind not in "fc" or (tangent.dtype.kind == "c" and dt.kind != "c"):
-            raise DTypeError(f"the tangent must be floating-point (complex for a complex derivative), "
-                             f"got {tangent.dtype}")
+        tan = self._tangent(ops[self.wrt], tangent, dt)
         if self.statement is None:
             shape = tuple(index_sizes(self.stmt, {n: np.shape(x) for n, x in ops.items()})[i]
                           for i in self.stmt.indices)
@@ -290,14 +343,17 @@ class ForwardDerivative(_Derived):
         if self._kernel is None:
             self._kernel = _kernel(self.statement, self.options, "dense")
         args = {n: x for n, x in ops.items() if n in self.statement.operands}
-        args[_TANGENT] = tangent
+        args[_TANGENT] = tan
         return _in(self._kernel(**args), dt)
 
 
 def _scalar(stmt, source, what):
     if stmt.indices:
         raise SparseccError(f"{what} is for a scalar result ('f[] = ...' or 'f = ...'); '{source}' has "
-                            f"output indices {','.join(stmt.indices)}")
+                            f"output indices {','.join(stmt.indices)} (its second derivative is a tensor of "
+                            f"rank {len(stmt.indices) + 2}): differentiate a scalar of it instead, e.g. the "
+                            f"Lagrangian 'f[] = sum[{','.join(stmt.indices)}](y[{','.join(stmt.indices)}] * ...)', "
+                            f"or use sc.jacobian")
 
 
 def _gradient_statement(stmt, source, wrt):
@@ -345,22 +401,56 @@ class Gradient(_Derived):
 
 class Hessian(Jacobian):
     """``H(**operands, triangle=None|"lower"|"upper")``: the Hessian of a scalar result, the
-    Jacobian of its gradient statement (``gradient_statement``)."""
+    Jacobian of its gradient statement (``gradient_statement``).  With respect to a sparse
+    operand's stored values (or a dense matrix's entries): ``H[p, q]`` over its entries in
+    canonical order (``stored.StoredHessian``)."""
 
-    sparse_wrt_ok = False
+    sparse_wrt_ok = True
 
     def __init__(self, stmt, source, wrt, options):
         self.objective = stmt
+        _scalar(stmt, source, "sc.hessian")
+        self.stored = None
+        if check_wrt(stmt, wrt, source, any_rank=True) > 1:
+            _Derived.__init__(self, stmt, source, wrt, options)
+            self.stored = StoredHessian(self, check_wrt(stmt, wrt, source, any_rank=True))
+            self.gradient_statement = self.stored.gradient_statement
+            self.statement, self.aliases, self.base, self._kernels = self.stored.statement, {}, stmt, {}
+            self.tensor = self._masked = None
+            self.flatten = False
+            return
         self.gradient_statement = _gradient_statement(stmt, source, wrt)
         super().__init__(self.gradient_statement, source, wrt, options)
         self.stmt, self.names = stmt, stmt.operands   # operands are checked against the objective
         self._gstmt = self.gradient_statement
 
+    def _stored_for(self, ops):
+        if self.stored is None and sp.issparse(ops.get(self.wrt)):
+            self.stored = StoredHessian(self, 1)
+        return self.stored
+
+    def _matrix(self, ops, layout):
+        """The Hessian at ``ops``: a sparse matrix, or a dense array where the pattern is full."""
+        st = self._stored_for(ops)
+        if st is None:
+            return self._run(ops, layout)
+        m = st.run(ops)
+        if not sp.issparse(m):              # every pair of entries: a full pattern, as CSR
+            n = m.shape[0]
+            m = sp.csr_array((m.reshape(-1), np.tile(np.arange(n), n), np.arange(0, n * n + 1, max(n, 1))[:n + 1]),
+                             shape=(n, n))
+        return m
+
     def __call__(self, triangle=None, **operands):
-        return _triangle(self._run(self._operands(operands), "csr"), triangle)
+        return _triangle(self._matrix(self._operands(operands), "csr"), triangle)
 
     def pattern(self, layout: str = "csr", triangle=None, **operands):
         """As ``Jacobian.pattern``; ``triangle="lower"|"upper"``: that triangle's pattern only."""
+        ops = self._operands(operands, need_wrt=False)
+        if self._stored_for(ops) is not None:
+            _layout(layout)
+            m = self._matrix(_ones_for(self.objective, ops, self.wrt, True), "csr")
+            return _tensor_layout(_triangle(m, triangle), layout, "pattern")
         if triangle is None:
             return super().pattern(layout, **operands)
         _triangle(None, triangle)
@@ -370,19 +460,63 @@ class Hessian(Jacobian):
             return np.repeat(np.arange(len(indptr) - 1, dtype=indices.dtype), np.diff(indptr)), indices[keep]
         return indptr, indices[keep]
 
-    def values(self, layout: str = "csr", triangle=None, **operands):
-        """As ``Jacobian.values``; ``triangle``: the values of that triangle, in its pattern's order."""
+    def values(self, layout: str = "csr", triangle=None, pattern=None, **operands):
+        """As ``Jacobian.values``; ``triangle``: the values of that triangle, in its pattern's
+        order; ``pattern``: the pattern the caller holds (checked, as for a Jacobian)."""
+        ops = self._operands(operands)
+        if self._stored_for(ops) is not None:
+            _layout(layout)
+            m = _triangle(self._matrix(ops, "csr"), triangle)
+            _same_pattern(pattern, lambda: _tensor_layout(m, layout, "pattern"))
+            return _tensor_layout(m, layout, "values")
         if triangle is None:
-            return super().values(layout, **operands)
+            return super().values(layout, pattern=pattern, **operands)
         _triangle(None, triangle)
-        m = self._run(self._operands(operands), "csc" if layout == "csc" else "csr")
+        m = self._run(ops, "csc" if layout == "csc" else "csr")
         csc = layout == "csc"
-        if not sp.issparse(m):         # a full pattern: every entry, row- (column-) major
-            pat = (sp.csc_array if csc else sp.csr_array)(np.ones(m.shape, bool))
-            keep, _ = _kept(pat.indptr, pat.indices, triangle, csc)
+        full = not sp.issparse(m)
+        pat = (sp.csc_array if csc else sp.csr_array)(np.ones(m.shape, bool)) if full else m
+        keep, indptr = _kept(pat.indptr, pat.indices, triangle, csc)
+        if pattern is not None:
+            rows = np.repeat(np.arange(len(indptr) - 1, dtype=pat.indices.dtype), np.diff(indptr))
+            _same_pattern(pattern, lambda: (rows, pat.indices[keep]) if layout == "coo" else
+                          (indptr, pat.indices[keep]))
+        if full:                       # a full pattern: every entry, row- (column-) major
             return np.ascontiguousarray(m.T if csc else m).reshape(-1)[keep]
-        keep, _ = _kept(m.indptr, m.indices, triangle, csc)
         return m.data[keep]
+
+
+class HessianVector(_Derived):
+    """``hv(**operands, tangent=v)``: ``H @ v`` without forming H.  A dense vector ``wrt``:
+    the forward derivative of the gradient statement (one planned kernel); a sparse
+    operand's stored values: ``v`` and the result over its entries in canonical order
+    (``stored.StoredHVP``)."""
+
+    sparse_wrt_ok = True
+
+    def __init__(self, stmt, source, wrt, options):
+        super().__init__(stmt, source, wrt, options)
+        _scalar(stmt, source, "sc.hvp")
+        rank = check_wrt(stmt, wrt, source, any_rank=True)
+        self.dense = None
+        self.stored = StoredHVP(self, rank) if rank > 1 else None
+        if rank == 1:
+            self.dense = ForwardDerivative(_gradient_statement(stmt, source, wrt), source, wrt, options)
+            self.dense.names = stmt.operands
+        self.statement = (self.dense or self.stored).statement
+
+    def __repr__(self):
+        return f"<sc.hvp of '{self.source}' wrt {self.wrt}: {self.statement}>"
+
+    def __call__(self, tangent=None, **operands):
+        if tangent is None:
+            raise OperandError("sc.hvp(...)(..., tangent=v): the tangent is missing")
+        ops = self._operands(operands)
+        if self.stored is None and sp.issparse(ops.get(self.wrt)):
+            self.stored = StoredHVP(self, 1)
+        if self.stored is not None and (self.dense is None or sp.issparse(ops.get(self.wrt))):
+            return self.stored.run(ops, tangent)
+        return self.dense(tangent=tangent, **operands)
 
 
 def _kept(indptr, indices, triangle, csc):
@@ -436,11 +570,9 @@ def hessian(expr, wrt: str, options: Options | None = None) -> Hessian:
     return Hessian(stmt, source, wrt, options)
 
 
-def hvp(expr, wrt: str, options: Options | None = None) -> ForwardDerivative:
+def hvp(expr, wrt: str, options: Options | None = None) -> HessianVector:
     """The Hessian-vector product ``H @ v`` of a scalar statement without forming H:
-    ``sc.hvp(f, wrt="x")(**operands, tangent=v)`` (the forward derivative of the gradient)."""
+    ``sc.hvp(f, wrt="x")(**operands, tangent=v)`` (the forward derivative of the gradient);
+    with respect to a sparse operand's stored values, ``v`` over its entries."""
     stmt, source, options = _source(expr, options)
-    g = _gradient_statement(stmt, source, wrt)
-    f = ForwardDerivative(g, source, wrt, options)
-    f.names = stmt.operands
-    return f
+    return HessianVector(stmt, source, wrt, options)

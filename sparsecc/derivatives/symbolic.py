@@ -315,7 +315,7 @@ def derivative(stmt: Statement, wrt: str, k, output: str = "J_", source: str = "
     ``mask``: an operand ``mask[k...]`` every term is multiplied by (the pattern of a sparse
     ``wrt``: derivatives with respect to its stored values)."""
     ks = (k,) if isinstance(k, str) else tuple(k)
-    rank = check_wrt(stmt, wrt, source or str(stmt), any_rank=mask is not None)
+    rank = check_wrt(stmt, wrt, source or str(stmt), any_rank=mask is not None or len(ks) > 1)
     if rank != len(ks):
         raise SparseccError(f"internal error: {len(ks)} derivative indices for the rank-{rank} {wrt!r}")
     deltas = deltas or (DELTA,) * rank
@@ -335,16 +335,22 @@ def derivative(stmt: Statement, wrt: str, k, output: str = "J_", source: str = "
     return Statement(output, stmt.indices + ks, expr, tuple(dict.fromkeys(a.tensor for a in accesses(expr))))
 
 
-def contracted(stmt: Statement, wrt: str, tangent: str, k: str, output: str = "T_",
+def contracted(stmt: Statement, wrt: str, tangent: str, k, output: str = "T_",
                source: str = "") -> Statement | None:
-    """``output[out...] = sum[k](d stmt / d wrt[k] * tangent[k])`` (forward mode)."""
-    check_wrt(stmt, wrt, source or str(stmt))
+    """``output[out...] = sum[k...](d stmt / d wrt[k...] * tangent[k...])`` (forward mode);
+    ``k``: a new index, or one per dimension of ``wrt`` (the stored values of a sparse
+    operand: ``tangent`` then stores its values on ``wrt``'s entries).  A delta of an output
+    index reads the tangent there (``c * tangent[a]``, no identity)."""
+    ks = (k,) if isinstance(k, str) else tuple(k)
+    rank = check_wrt(stmt, wrt, source or str(stmt), any_rank=len(ks) > 1)
+    if rank != len(ks):
+        raise SparseccError(f"internal error: {len(ks)} tangent indices for the rank-{rank} {wrt!r}")
     parts = []
-    for c, a in terms(stmt.expr, wrt, k, source or str(stmt)):
-        if not a:
-            parts.append(_sum((k,), mul(c, Access(tangent, (k,)), hoist=True)))
-        else:
-            parts.append(mul(c, Access(tangent, (a[0][0],))))
+    for c, a in terms(stmt.expr, wrt, ks, source or str(stmt)):
+        pending = {kk: x for x, kk in a}
+        read = Access(tangent, tuple(pending.get(kk, kk) for kk in ks))
+        summed = tuple(kk for kk in ks if kk not in pending)
+        parts.append(_sum(summed, mul(c, read, hoist=True)) if summed else mul(c, read))
     expr = _total(parts)
     if expr is None:
         return None

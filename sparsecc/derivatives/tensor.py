@@ -21,6 +21,7 @@ from ..errors import OperandError, SparseccError
 from ..expr import Statement, index_sizes
 from ..patterns import default_result_format
 from .common import _dtype_check, _identity, _in, _kernel
+from .entries import EntryCache
 from .symbolic import DELTA, derivative, fresh_index, split_reads
 
 MASK = "P_"
@@ -28,37 +29,6 @@ MASK = "P_"
 
 def _deltas(rank: int) -> tuple:
     return tuple(DELTA if d == 0 else f"Id{d}_" for d in range(rank))
-
-
-def entries(w) -> tuple[tuple, tuple[np.ndarray, ...], object]:
-    """``(shape, coordinates of each stored entry in canonical order, the mask operand)``
-    of a sparse (or dense) ``wrt`` operand; the mask stores ones on those entries."""
-    if not sp.issparse(w):
-        w = np.asarray(w)
-        coords = np.unravel_index(np.arange(w.size), w.shape)
-        return w.shape, tuple(c.astype(np.int64) for c in coords), np.ones(w.shape)
-    fmt = w.format
-    if fmt in ("csr", "csc"):
-        c = w if w.has_canonical_format else _canonical(w)
-        major = np.repeat(np.arange(len(c.indptr) - 1, dtype=np.int64), np.diff(c.indptr))
-        minor = c.indices.astype(np.int64)
-        coords = (major, minor) if fmt == "csr" else (minor, major)
-        mask = type(c)((np.ones(len(minor)), c.indices, c.indptr), shape=c.shape)
-        return c.shape, coords, mask
-    c = sp.coo_array(w)
-    if not c.has_canonical_format:
-        c = c.copy()
-        c.sum_duplicates()
-    order = np.lexsort(tuple(c.coords[::-1]))
-    coords = tuple(np.asarray(x, np.int64)[order] for x in c.coords)
-    return c.shape, coords, sp.coo_array((np.ones(len(order)), coords), shape=c.shape)
-
-
-def _canonical(w):
-    c = w.copy()
-    c.sum_duplicates()
-    c.sort_indices()
-    return c
 
 
 class TensorJacobian:
@@ -88,6 +58,8 @@ class TensorJacobian:
             st, self.aliases = split_reads(st)
         self.statement = st
         self._kernels: dict = {}
+        self._entries = EntryCache()   # the wrt patterns seen recently (entries.py)
+        self._layouts: list = []       # their renumberings (Renumbering)
 
     # ---------------------------------------------------------------- shapes and operands
     def _sizes(self, ops: dict) -> tuple[tuple, tuple]:
@@ -104,16 +76,18 @@ class TensorJacobian:
     def _args(self, ops: dict, dt):
         w = ops[self.owner.wrt]
         args = dict(ops)
+        ent = None
         if self.masked:
-            shape, coords, mask = entries(w)
-            args[MASK] = mask.astype(dt) if sp.issparse(mask) else mask.astype(dt)
+            ent = self._entries.get(w)
+            args[MASK] = ent.mask(dt)
+            shape = ent.shape
         else:
-            shape, coords = np.shape(w), None
+            shape = np.shape(w)
         for d, name in enumerate(_deltas(len(self.ks))):
             if name in self.statement.operands or name in self.aliases.values():
                 args[name] = _identity(shape[d], dt)
         args.update({a: args[n] for a, n in self.aliases.items() if n in args})
-        return {n: x for n, x in args.items() if n in self.statement.operands}, shape, coords
+        return {n: x for n, x in args.items() if n in self.statement.operands}, shape, ent
 
     def _kernel(self, fmt):
         k = self._kernels.get(fmt)
@@ -123,59 +97,114 @@ class TensorJacobian:
 
     # ---------------------------------------------------------------- the call
     def coordinates(self, ops: dict):
-        """(coordinates over (result indices..., wrt axis), values, full shape), lexsorted."""
+        """(coordinates over (result indices..., wrt axis), values, full shape), lexsorted.
+        The coordinates are shared with the renumbering cache: callers copy before handing
+        them out."""
         dt = _dtype_check(self.owner.stmt, ops, self.owner.wrt, self.owner.source)
         out_shape = self._sizes(ops)
         w = ops[self.owner.wrt]
         if self.statement is None:
-            n = entries(w)[1][0].size if self.masked else np.shape(w)[0]
+            n = self._entries.get(w, dt).size if self.masked else np.shape(w)[0]
             return tuple(np.zeros(0, np.int64) for _ in range(len(out_shape) + 1)), np.zeros(0, dt), \
                 out_shape + (n,)
-        args, wshape, coords = self._args(ops, dt)
+        args, wshape, ent = self._args(ops, dt)
         sparse = frozenset(n for n, x in args.items() if sp.issparse(x))
         if default_result_format(self.statement, sparse) == "dense":
             full = np.asarray(_in(np.asarray(self._kernel("dense")(**args)), dt))
             lead = full.reshape(out_shape + (-1,))
             if self.masked:               # the entries, in canonical order
-                lead = lead[..., np.ravel_multi_index(coords, wshape)] if len(coords[0]) else \
-                    np.zeros(out_shape + (0,), dt)
+                lead = lead[..., ent.keys] if ent.size else np.zeros(out_shape + (0,), dt)
             return None, lead, lead.shape         # a full pattern: every entry, dense
         res = _in(self._kernel("coo")(**args), dt)
-        res = sp.coo_array(res)
-        cs = [np.asarray(c, np.int64) for c in res.coords]
+        if not isinstance(res, sp.coo_array):
+            res = sp.coo_array(res)
+        lay = self._renumbered(res.coords, out_shape, wshape, ent)
         vals = np.asarray(res.data)
-        nout = len(out_shape)
-        if self.masked:
-            lin = np.ravel_multi_index(tuple(cs[nout:]), wshape)
-            keys = np.ravel_multi_index(coords, wshape)
-            if _ascending(keys):           # row-major canonical order (CSR, COO)
-                p = np.searchsorted(keys, lin)
-            else:
-                order = np.argsort(keys, kind="stable")
-                p = order[np.searchsorted(keys[order], lin)]
-            cs = cs[:nout] + [p.astype(np.int64)]
-            n = len(keys)
-        else:
-            n = wshape[0]
-        if _ascending(np.ravel_multi_index(tuple(cs), out_shape + (n,))):
-            return tuple(cs), vals, out_shape + (n,)
-        perm = np.lexsort(tuple(cs[::-1]))
-        return tuple(c[perm] for c in cs), vals[perm], out_shape + (n,)
+        return lay.coords, (vals if lay.perm is None else vals[lay.perm]), lay.shape
 
-    def as_matrix(self, cs, vals, shape):
-        """The coordinates as a CSR matrix: rows the result's indices (flattened row-major)."""
-        rows = np.ravel_multi_index(cs[:-1], shape[:-1]) if len(shape) > 2 else cs[0]
-        m = int(np.prod(shape[:-1]))
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))]).astype(np.int64)
-        return sp.csr_array((vals, cs[-1], indptr), shape=(m, shape[-1]))
+    def _renumbered(self, kcoords, out_shape, wshape, ent) -> "Renumbering":
+        """The kernel's coordinates ``kcoords`` renumbered (the wrt's ``k...`` as entry
+        positions ``p``) and sorted, from the cache when the kernel returned exactly these
+        coordinates for this wrt pattern before (compared, never assumed: the cache keeps
+        copies), else computed and kept."""
+        for i, lay in enumerate(self._layouts):
+            if lay.matches(kcoords, out_shape, ent):
+                self._layouts.insert(0, self._layouts.pop(i))
+                return lay
+        lay = Renumbering(kcoords, out_shape, wshape, ent, self.masked)
+        self._layouts.insert(0, lay)
+        del self._layouts[CACHED:]
+        return lay
 
     def run(self, ops: dict):
         cs, vals, shape = self.coordinates(ops)
         if cs is None:                          # dense: the result's indices, then the wrt axis
             return vals.reshape(-1, shape[-1]) if self.flatten else vals
         if len(shape) == 2 or self.flatten:
-            return self.as_matrix(cs, vals, shape)
-        return sp.coo_array((vals, cs), shape=shape)
+            lay = self._layouts[0] if self._layouts and self._layouts[0].coords is cs else None
+            if lay is None:                     # the identically-zero derivative: no kernel ran
+                lay = Renumbering.of(cs, shape)
+            indptr, cols = lay.matrix()
+            return sp.csr_array((vals, cols.copy(), indptr.copy()), shape=(len(indptr) - 1, shape[-1]))
+        return sp.coo_array((vals, tuple(c.copy() for c in cs)), shape=shape)
+
+
+#: renumberings kept per Jacobian (one per operand pattern seen recently)
+CACHED = 4
+
+
+class Renumbering:
+    """How a derivative kernel's result coordinates become the Jacobian's: the wrt's
+    coordinates ``k...`` as entry positions ``p``, sorted row-major (``perm``: the values'
+    order, None when already sorted), and the CSR layout of the flattened matrix.  Depends
+    only on the kernel's coordinates and the wrt's entries, which are kept as copies and
+    compared on every use (a pattern mutated in place is a new pattern: docs/derivatives.md)."""
+
+    def __init__(self, kcoords, out_shape, wshape, ent, masked):
+        self.kcoords = tuple(np.array(c, copy=True) for c in kcoords)
+        self.out_shape, self.ent = out_shape, ent
+        cs = [np.asarray(c, np.int64) for c in kcoords]
+        nout = len(out_shape)
+        if masked:
+            lin = np.ravel_multi_index(tuple(cs[nout:]), wshape)
+            keys = ent.keys
+            if ent.ascending:             # row-major canonical order (CSR, COO)
+                p = np.searchsorted(keys, lin)
+            else:
+                p = ent.order[np.searchsorted(keys[ent.order], lin)]
+            cs = cs[:nout] + [p.astype(np.int64)]
+            n = ent.size
+        else:
+            n = wshape[0]
+        self.shape = out_shape + (n,)
+        self.perm = None
+        if not _ascending(np.ravel_multi_index(tuple(cs), self.shape)):
+            self.perm = np.lexsort(tuple(cs[::-1]))
+            cs = [c[self.perm] for c in cs]
+        self.coords = tuple(cs)
+        self._matrix = None
+
+    @classmethod
+    def of(cls, cs, shape):
+        lay = cls.__new__(cls)
+        lay.coords, lay.shape, lay._matrix, lay.perm = cs, shape, None, None
+        return lay
+
+    def matches(self, kcoords, out_shape, ent) -> bool:
+        return (out_shape == self.out_shape and (ent is self.ent or (ent is not None and self.ent is not None
+                                                                     and ent.same(self.ent)))
+                and len(kcoords) == len(self.kcoords)
+                and all(np.array_equal(a, b) for a, b in zip(kcoords, self.kcoords)))
+
+    def matrix(self):
+        """(indptr, columns) of the Jacobian as a matrix over the result's flattened indices."""
+        if self._matrix is None:
+            cs, shape = self.coords, self.shape
+            rows = np.ravel_multi_index(cs[:-1], shape[:-1]) if len(shape) > 2 else cs[0]
+            m = int(np.prod(shape[:-1]))
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))]).astype(np.int64)
+            self._matrix = indptr, cs[-1]
+        return self._matrix
 
 
 def _ascending(keys) -> bool:

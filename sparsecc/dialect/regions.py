@@ -206,8 +206,9 @@ class Body(Casts):
         if op in COMPARISONS:
             if k == "complex":
                 if op not in ("==", "!="):
-                    raise DTypeError(f"'{op}' does not order complex values")
-                c = self.emit(f"complex.{'eq' if op == '==' else 'neq'} {a}, {b} : {bt}")
+                    c = self.complex_order(op, a, b, bt)
+                else:
+                    c = self.emit(f"complex.{'eq' if op == '==' else 'neq'} {a}, {b} : {bt}")
             elif k == "float":
                 c = self.emit(f"arith.cmpf {_CMP[k][op]}, {a}, {b} : {bt}")
             else:
@@ -329,6 +330,18 @@ class Body(Casts):
         dnz = e(f"arith.cmpf une, {div}, {zero} : {t}")
         fl = e(f"arith.select {dnz}, {fl}, {e(f'math.copysign {zero}, {quot} : {t}')} : {t}")
         return e(f"arith.select {b0}, {quot}, {fl} : {t}")
+
+    def complex_order(self, op: str, a: str, b: str, bt: str) -> str:
+        """NumPy's order of complex values: lexicographic, real parts first (a real operand
+        stored as complex beside complex values compares as the real it was)."""
+        ft = bt[len("complex<"):-1]
+        ra, rb = self.emit(f"complex.re {a} : {bt}"), self.emit(f"complex.re {b} : {bt}")
+        ia, ib = self.emit(f"complex.im {a} : {bt}"), self.emit(f"complex.im {b} : {bt}")
+        strict = {"<": "olt", "<=": "olt", ">": "ogt", ">=": "ogt"}[op]
+        real = self.emit(f"arith.cmpf {strict}, {ra}, {rb} : {ft}")
+        tie = self.emit(f"arith.cmpf oeq, {ra}, {rb} : {ft}")
+        imag = self.emit(f"arith.cmpf {_CMP['float'][op]}, {ia}, {ib} : {ft}")
+        return self.emit(f"arith.ori {real}, {self.emit(f'arith.andi {tie}, {imag} : i1')} : i1")
 
     def binary(self, e: Binary, row: dt.DType) -> str:
         lrow, rrow = self.operand_rows(e, row)

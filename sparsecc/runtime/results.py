@@ -108,6 +108,11 @@ def level_coordinates(fmt: Format, bufs: list[np.ndarray], lvl_sizes: list[int])
                 lo, hi = pos[0::2], pos[1::2]
             counts = hi - lo
             crd = _crd(fields, fmt, aos, l)
+            if len(lo) == 1 and not coords:     # a top level (COO): its nodes are one range
+                coords_idx = slice(int(lo[0]), int(hi[0]))
+                coords.append(crd[coords_idx].astype(np.int64))
+                nparent = int(counts[0])
+                continue
             # nodes in order; loose segments may leave gaps, so gather by position
             idx = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
             coords = [np.repeat(c, counts) for c in coords]
