@@ -48,6 +48,12 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
                          lambda parallel: mttkrp.emit(plan, fmts, None, dtype, parallel, facts), False)
+        from ..dialect.kernels import scatter       # y = A.T @ x of a CSR A (PageRank's step)
+        plan = scatter.match(stmt, formats, dtypes, out_format)
+        if plan is not None:
+            return Route(plan.kind, tuple(plan.index_order),
+                         lambda parallel: scatter.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=True, out_rank=1)
         plan = spmm.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route("spmm", tuple(plan.index_order),

@@ -92,11 +92,13 @@ def vanishes(e, absent: frozenset) -> bool | None:
     return (lv and rv and not nonzero) or (lv and left_kills) or (rv and right_kills)
 
 
-def _cheap(e) -> bool:
+def _cheap(e, real: bool) -> bool:
+    """No call to a math function, no loop (``pow(x, 2)`` of reals is ``x * x`` to LLVM)."""
     if isinstance(e, Unary):
-        return (e.fn in _CHEAP_FNS or e.fn.startswith("astype_")) and _cheap(e.arg)
+        return (e.fn in _CHEAP_FNS or e.fn.startswith("astype_")) and _cheap(e.arg, real)
     if isinstance(e, Binary):
-        return e.op not in ("pow", "/", "//", "%") and _cheap(e.left) and _cheap(e.right)
+        square = e.op == "pow" and real and isinstance(e.right, Const) and e.right.value == 2
+        return (square or e.op not in ("pow", "/", "//", "%")) and _cheap(e.left, real) and _cheap(e.right, real)
     return True
 
 
@@ -147,7 +149,8 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     else:
         keep = (not vanishes(body, frozenset(sparse[1:])), not vanishes(body, frozenset(sparse[:1])))
     order_ix = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
-    return EwisePlan("ewise", body, sparse, order, order_ix, reduce, keep, out_dtype.name, _cheap(body))
+    return EwisePlan("ewise", body, sparse, order, order_ix, reduce, keep, out_dtype.name,
+                     _cheap(body, dt.TABLE[out_dtype.name].kind == "float"))
 
 
 # ------------------------------------------------------------------------------ MLIR text
@@ -163,9 +166,10 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
     B = plan.sparse[1] if len(plan.sparse) == 2 else None
     role = {A: "A"} | ({B: "B"} if B else {})
     params = [f"%size_{ix}: index" for ix in plan.index_order]
+    slot = {op: k for k, op in enumerate(formats)}     # (operand names need not be MLIR names)
     for op, f in formats.items():
         T = dt.TABLE[opdt[op]].storage
-        params += csr_params(role[op], f, T) if op in role else [f"%s_{op}: memref<{T}>"]
+        params += csr_params(role[op], f, T) if op in role else [f"%s{slot[op]}: memref<{T}>"]
     if plan.reduce:
         params.append(f"%out_m: memref<?x{OT}>")
     head = kernel_head(params, None if plan.reduce else csr_results(out, OT))
@@ -180,7 +184,7 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
     scalars = {}
     for a in accesses(plan.body):
         if not a.indices and a.tensor not in scalars:
-            scalars[a.tensor] = t.op(f"memref.load %s_{a.tensor}[] : memref<{dt.TABLE[opdt[a.tensor]].storage}>")
+            scalars[a.tensor] = t.op(f"memref.load %s{slot[a.tensor]}[] : memref<{dt.TABLE[opdt[a.tensor]].storage}>")
     zeros = {op: t.op(_zero_text(dt.TABLE[opdt[op]])) for op in plan.sparse}
     const_at = len(t.lines)
 
