@@ -4,16 +4,15 @@ A CSR (or CSC) operand whose stored outer level is the *reduced* index ``r`` (``
 a CSR ``A``: PageRank's step), times dense vectors indexed by ``r`` and 0-d operands.  Each
 stored row scatters into the result, which the sparsifier does serially.  Here:
 
-* one thread (or a serial kernel): ``y`` is zeroed, then each row ``r`` adds
-  ``A[r,c] * (x[r] * ...)`` to ``y[c]``;
-* ``P`` threads (``sc.set_num_threads``'s count, read at run time): the rows are cut into
-  ``P`` blocks of about equal stored entries (a binary search of the positions); block ``b``
-  scatters into its own zeroed accumulator (``scf.parallel`` over the blocks, each block's
-  work weighed by its stored entries), then ``y[c]`` is the sum of the ``P`` accumulators'
-  ``c`` in block order (``scf.parallel`` over ``c``).
+* one block: ``y`` is zeroed, then each row ``r`` adds ``A[r,c] * (x[r] * ...)`` to ``y[c]``;
+* with ``P`` blocks (``P`` = stored entries / (2 x result entries), at most 8: as many as
+  their accumulators pay for), the rows are cut into ``P`` blocks of about equal stored
+  entries (a binary search of the positions); block ``b`` scatters into its own zeroed
+  accumulator (block 0's is ``y``; ``scf.parallel`` over the blocks: one per thread), then
+  ``y[c]`` adds the other accumulators' ``c`` in block order (``scf.parallel`` over ``c``).
 
-For a given thread count the result does not depend on the schedule, bit for bit; between
-thread counts floating-point sums may differ in rounding (the order of the partial sums).
+``P`` follows from the operand alone, so the result does not depend on the thread count
+(nor differs from the serial kernel's), bit for bit.
 """
 
 from __future__ import annotations
@@ -23,11 +22,15 @@ from dataclasses import dataclass
 from ... import dtypes as dt
 from ...expr import Access, Reduce, Statement
 from ...formats import Format
-from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
-from .emit import Text, arith, csr_params, ity, kernel_head, module, zero
+from ...kernel_abi import TargetFacts
+from .emit import Text, arith, csr_params, ity, kernel_head, loop, module, zero
 from .recognize import factors, index_order, is_compressed, one_kind, plain_sum
 
 _KINDS = ("float", "int", "complex")
+#: a block (and its accumulator of n entries) per this many entries per result entry
+ENTRIES_PER_COLUMN = 2
+#: the most blocks (the most threads the kernel keeps busy)
+MAX_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -137,33 +140,32 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
         t("}")
         scatter_rows("%c0", m, "%out_m", None)
 
-    decl = []
-    if not parallel:
-        serial()
-    else:
-        decl.append(f"llvm.mlir.global external @{NUM_THREADS_GLOBAL}(1 : i32) {{addr_space = 0 : i32}} : i32")
-        g = t.op(f"llvm.mlir.addressof @{NUM_THREADS_GLOBAL} : !llvm.ptr")
-        nt = t.op(f"arith.index_cast {t.op(f'llvm.load {g} : !llvm.ptr -> i32')} : i32 to index")
-        nb = t.op(f"arith.maxsi {nt}, %c1 : index")
-        one = t.op(f"arith.cmpi ule, {nb}, %c1 : index")
-        t(f"scf.if {one} {{")
-        serial()
-        t("} else {")
-        _blocks(t, nb, m, n, pw, T, scatter_rows)
-        t("}")
+    # the blocks: as many as the entries pay for (their accumulators cost 2 x n), at most
+    # MAX_BLOCKS - from the operand alone, so every thread count (and the serial kernel) sums
+    # in the same order
+    p0 = t.load_index("%A_pos", "%c0", pw)
+    total = t.op(f"arith.subi {t.load_index('%A_pos', m, pw)}, {p0} : index")
+    per = t.op(f"arith.muli {t.op(f'arith.maxui {n}, %c1 : index')}, {t.op(f'arith.constant {ENTRIES_PER_COLUMN} : index')} : index")
+    want = t.op(f"arith.divui {total}, {per} : index")
+    nb = t.op(f"arith.minui {t.op(f'arith.maxui {want}, %c1 : index')}, "
+              f"{t.op(f'arith.constant {MAX_BLOCKS} : index')} : index")
+    one = t.op(f"arith.cmpi ule, {nb}, %c1 : index")
+    t(f"scf.if {one} {{")
+    serial()
+    t("} else {")
+    _blocks(t, nb, m, n, pw, T, scatter_rows, p0, total, parallel)
+    t("}")
     t("return")
-    return module(decl, head, t.lines)
+    return module([], head, t.lines)
 
 
-def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows) -> None:
+def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows, p0: str, total: str,
+            parallel: bool) -> None:
     """``nb`` blocks of rows of about equal entries, each into its own accumulator, then
     the accumulators summed in block order."""
     nb1 = t.op(f"arith.addi {nb}, %c1 : index")
     t(f"%brow = memref.alloc({nb1}) : memref<?xindex>")
     t(f"%bpos = memref.alloc({nb1}) : memref<?x{ity(pw)}>")
-    p0 = t.load_index("%A_pos", "%c0", pw)
-    pm = t.load_index("%A_pos", m, pw)
-    total = t.op(f"arith.subi {pm}, {p0} : index")
     t(f"scf.for %b = %c0 to {nb1} step %c1 {{")
     share = t.op(f"arith.divui {t.op(f'arith.muli {total}, %b : index')}, {nb} : index")
     goal = t.op(f"arith.addi {p0}, {share} : index")
@@ -184,34 +186,45 @@ def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows) -> 
     t(f"memref.store {bs}#0, %brow[%b] : memref<?xindex>")
     t.store_index(t.load_index("%A_pos", f"{bs}#0", pw), "%bpos", "%b", pw)
     t("}")
-    size = t.op(f"arith.maxui {t.op(f'arith.muli {nb}, {n} : index')}, %c1 : index")
+    nb_1 = t.op(f"arith.subi {nb}, %c1 : index")
+    size = t.op(f"arith.maxui {t.op(f'arith.muli {nb_1}, {n} : index')}, %c1 : index")
     t(f"%ws = memref.alloc({size}) : memref<?x{T}>")
-    # each block: its accumulator zeroed (first touched by its thread), its rows scattered
-    # (the loop's work is weighed by %bpos[b + 1] - %bpos[b]: passes/rewrites.py thread_count)
-    t("scf.parallel (%b) = (%c0) to (" + nb + ") step (%c1) {")
+    # each block: its accumulator zeroed (first touched by its thread: block 0's is the
+    # result, block b's %ws[(b - 1) n ...]), its rows scattered (the loop's work is weighed
+    # by %bpos[b + 1] - %bpos[b]: passes/rewrites.py thread_count)
+    opening, closing = loop(parallel, "%b", "%c0", nb)
+    t(opening)
     t.load_index("%bpos", "%b", pw)
     b1 = t.op("arith.addi %b, %c1 : index")
     t.load_index("%bpos", b1, pw)
-    base = t.op(f"arith.muli %b, {n} : index")
+    lo = t.op("memref.load %brow[%b] : memref<?xindex>")
+    hi = t.op(f"memref.load %brow[{b1}] : memref<?xindex>")
+    first = t.op("arith.cmpi eq, %b, %c0 : index")
+    t(f"scf.if {first} {{")
+    t(f"scf.for %c = %c0 to {n} step %c1 {{")
+    t(f"  memref.store %zero, %out_m[%c] : memref<?x{T}>")
+    t("}")
+    scatter_rows(lo, hi, "%out_m", None)
+    t("} else {")
+    base = t.op(f"arith.muli {t.op('arith.subi %b, %c1 : index')}, {n} : index")
     end = t.op(f"arith.addi {base}, {n} : index")
     t(f"scf.for %c = {base} to {end} step %c1 {{")
     t(f"  memref.store %zero, %ws[%c] : memref<?x{T}>")
     t("}")
-    lo = t.op("memref.load %brow[%b] : memref<?xindex>")
-    hi = t.op(f"memref.load %brow[{b1}] : memref<?xindex>")
     scatter_rows(lo, hi, "%ws", base)
-    t("  scf.reduce")
     t("}")
-    t(f"scf.parallel (%c) = (%c0) to ({n}) step (%c1) {{")
+    t(closing)
+    opening, closing = loop(parallel, "%c", "%c0", n)
+    t(opening)
     s = t.fresh("sum")
-    t(f"{s} = scf.for %b = %c0 to {nb} step %c1 iter_args(%a = %zero) -> ({T}) {{")
+    y0 = t.op(f"memref.load %out_m[%c] : memref<?x{T}>")
+    t(f"{s} = scf.for %b = %c0 to {nb_1} step %c1 iter_args(%a = {y0}) -> ({T}) {{")
     at = t.op(f"arith.addi {t.op(f'arith.muli %b, {n} : index')}, %c : index")
     x = t.op(f"memref.load %ws[{at}] : memref<?x{T}>")
     t(f"scf.yield {t.op(_add(T, '%a', x))} : {T}")
     t("}")
     t(f"memref.store {s}, %out_m[%c] : memref<?x{T}>")
-    t("  scf.reduce")
-    t("}")
+    t(closing)
     t(f"memref.dealloc %ws : memref<?x{T}>")
     t("memref.dealloc %brow : memref<?xindex>")
     t(f"memref.dealloc %bpos : memref<?x{ity(pw)}>")
