@@ -159,15 +159,22 @@ def test_transposed_spmv(dtype):
 
 
 def test_transposed_spmv_blocks_many_threads():
-    """More blocks than rows with entries (4 threads, a matrix whose entries sit in 2 rows)."""
-    A = sp.csr_array((np.arange(1.0, 7.0), ([0, 0, 0, 5, 5, 5], [1, 2, 3, 1, 2, 0])), shape=(9, 4))
-    x = np.arange(9.0) + 1
+    """A matrix with many entries per column runs in blocks (8 here): the same bits on 1, 2
+    and 4 threads and from the serial kernel; an empty matrix gives zeros."""
+    rng = np.random.default_rng(_seed("blocks"))
+    A = sp.random_array((400, 5), density=0.7, format="csr", rng=rng)
+    A.data[:5] = 0.0
+    x = rng.random(400)
     k = sc.compile("y[i] = sum[j](A[j,i] * x[j])")
+    ref = sc.compile("y[i] = sum[j](A[j,i] * x[j])", options=sc.Options(parallel="none"))(A=A, x=x)
     threads.set_min_parallel_work(0)
     for th in (1, 2, 4):
         sc.set_num_threads(th)
-        np.testing.assert_allclose(k(A=A, x=x), A.T @ x)
-    assert np.array_equal(k(A=sp.csr_array((9, 4)), x=x), np.zeros(4))
+        got = k(A=A, x=x)
+        np.testing.assert_allclose(got, A.T @ x, rtol=1e-12)
+        assert got.tobytes() == ref.tobytes()
+    assert "%ws = memref.alloc" in k.ir()
+    assert np.array_equal(k(A=sp.csr_array((9, 4)), x=np.ones(9)), np.zeros(4))
 
 
 @pytest.mark.slow

@@ -37,9 +37,9 @@ class Route:
 
 def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
-    this order: MTTKRP/TTV over a 3-D COO operand, SpMM and dense x dense contractions (dense results, CPU only: a cuda
-    kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the element-wise
-    union.  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
+    this order: MTTKRP/TTV over a 3-D COO operand, the transposed SpMV, SpMM and dense x dense contractions (dense
+    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the
+    union, then any other element-wise body over CSR/CSC operands (``ewise``).  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
     from ..dialect.kernels import gemm, mttkrp, spmm
     fmts, dtype = dict(zip(stmt.operands, formats)), dtypes[0]

@@ -5,8 +5,8 @@ a CSR ``A``: PageRank's step), times dense vectors indexed by ``r`` and 0-d oper
 stored row scatters into the result, which the sparsifier does serially.  Here:
 
 * one block: ``y`` is zeroed, then each row ``r`` adds ``A[r,c] * (x[r] * ...)`` to ``y[c]``;
-* with ``P`` blocks (``P`` = stored entries / (2 x result entries), at most 8: as many as
-  their accumulators pay for), the rows are cut into ``P`` blocks of about equal stored
+* with ``P`` blocks (``P`` = stored entries / (16 x result entries), at most 8: as many
+  as their accumulators pay for), the rows are cut into ``P`` blocks of about equal stored
   entries (a binary search of the positions); block ``b`` scatters into its own zeroed
   accumulator (block 0's is ``y``; ``scf.parallel`` over the blocks: one per thread), then
   ``y[c]`` adds the other accumulators' ``c`` in block order (``scf.parallel`` over ``c``).
@@ -27,8 +27,10 @@ from .emit import Text, arith, csr_params, ity, kernel_head, loop, module, zero
 from .recognize import factors, index_order, is_compressed, one_kind, plain_sum
 
 _KINDS = ("float", "int", "complex")
-#: a block (and its accumulator of n entries) per this many entries per result entry
-ENTRIES_PER_COLUMN = 2
+#: a block (and its accumulator of n entries) per this many entries per result entry: the
+#: accumulators' zeroing, fresh pages and sum cost more than a second thread gains below it
+#: (PageRank's R-MAT 2^18, 7.7 entries per column: 10.8 ms in 3 blocks vs 6.6 ms in one, 1 thread)
+ENTRIES_PER_COLUMN = 16
 #: the most blocks (the most threads the kernel keeps busy)
 MAX_BLOCKS = 8
 
