@@ -95,6 +95,25 @@ def _cases() -> list[tuple]:
                 cases.append(("notation", text, fmts, (dtype,) * len(names), f))
         cases.append(("notation", text.replace("a*", "").replace("*b", "").replace("*a", "").replace("b*", ""),
                       (("csr", 64, 32), ("csr", 32, 64)), ("float64",) * 2, ("csr", 64, 64)))
+    # element-wise maps, merges and row sums of CSR/CSC operands (ewise); transposed SpMV (scatter)
+    for text, names, out in (("C[i,j] = 2 * B[i,j]", "B", True), ("C[i,j] = exp(2 * A[i,j] + 1) * B[i,j]", "AB", True),
+                             ("C[i,j] = max(A[i,j], B[i,j])", "AB", True), ("C[i,j] = A[i,j] * B[i,j]", "AB", True),
+                             ("y[i] = sum[j](A[i,j] - B[i,j])", "AB", False),
+                             ("y[i] = sum[j](pow(A[i,j] - B[i,j], 2))", "AB", False),
+                             ("C[i,j] = s * abs(A[i,j])", "sA", True)):
+        for dtype in ("float64", "float32", "int64", "complex128"):
+            if dtype == "complex128" and "max" in text:
+                continue
+            f = ("csr", 32, 32)
+            cases.append(("notation", text, tuple(("dense", 0) if c == "s" else f for c in names),
+                          (dtype,) * len(names), f if out else None))
+    cases.append(("notation", "C[i,j] = A[i,j] * B[i,j]", (("csc", 32, 32),) * 2, ("float64",) * 2, ("csc", 32, 32)))
+    for text, fmts in (("ji,j->i", (("csr", 32, 32), ("dense", 1))), ("ij,i->j", (("csr", 64, 64), ("dense", 1))),
+                       ("ij,j->i", (("csc", 32, 32), ("dense", 1)))):
+        for dtype in ("float64", "float32", "int64", "complex128"):
+            cases.append(("einsum", text, fmts, (dtype,) * 2, None))
+    cases.append(("notation", "y[i] = sum[j](A[j,i] * (x[j] * w[j]))", (("csr", 32, 32), ("dense", 1), ("dense", 1)),
+                  ("float64",) * 3, None))
     return cases
 
 

@@ -175,8 +175,8 @@ def _parallel_loops(k) -> bool:
     ("spmm", "csr", True),
     ("spmv", "dcsr", True),       # compressed outer loop over unique rows
     ("row-sum", "csr", True),
-    ("spmv", "csc", False),       # outer loop is the summed index: would race on y
-    ("col-sum", "csr", False),
+    ("spmv", "csc", True),        # outer loop is the summed index: hand-written blocks, each its
+    ("col-sum", "csr", True),     # own accumulator (dialect/kernels/scatter.py), no race on y
     ("sum", "csr", False),        # a reduction into one scalar: would reorder the sum
     ("sddmm", "csr", True),       # sparse results: hand-written row loops (dialect/kernels/)
     ("spgemm", "csr", True),

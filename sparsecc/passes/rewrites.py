@@ -345,7 +345,12 @@ def thread_count(module) -> int:
             small = arith.cmpi(arith.CmpIPredicate.ult, work, least)
             nt = arith.select(small, arith.constant(i32, 1), wanted)
             size = _chunk_of(par)
-            chunk = arith.constant(i64, size) if size else None
+            chunk = None
+            if size:        # at most an equal share per thread: a loop of few long iterations
+                # (dialect/kernels/scatter.py's blocks) gives each thread one
+                share = arith.ceildivui(trip, arith.maxui(arith.index_cast(index, nt), arith.constant(index, 1)))
+                per = arith.minui(arith.constant(index, size), arith.maxui(share, arith.constant(index, 1)))
+                chunk = arith.index_cast(i64, per)
         if chunk is not None:
             _with_operand(ws, chunk_slot, chunk, {"schedule_kind": dynamic})
         _with_operand(par, par_slot, nt)

@@ -31,13 +31,15 @@ class Route:
     sparse_result: bool
     fills_output: bool = False
     guarded: tuple | None = None
+    out_rank: int = 2
+    out_dtype: str | None = None       # None: the first operand's
 
 
 def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
-    this order: MTTKRP/TTV over a 3-D COO operand, SpMM and dense x dense contractions (dense results, CPU only: a cuda
-    kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the element-wise
-    union.  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
+    this order: MTTKRP/TTV over a 3-D COO operand, the transposed SpMV, SpMM and dense x dense contractions (dense
+    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the
+    union, then any other element-wise body over CSR/CSC operands (``ewise``).  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
     from ..dialect.kernels import gemm, mttkrp, spmm
     fmts, dtype = dict(zip(stmt.operands, formats)), dtypes[0]
@@ -46,6 +48,12 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
                          lambda parallel: mttkrp.emit(plan, fmts, None, dtype, parallel, facts), False)
+        from ..dialect.kernels import scatter       # y = A.T @ x of a CSR A (PageRank's step)
+        plan = scatter.match(stmt, formats, dtypes, out_format)
+        if plan is not None:
+            return Route(plan.kind, tuple(plan.index_order),
+                         lambda parallel: scatter.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=True, out_rank=1)
         plan = spmm.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route("spmm", tuple(plan.index_order),
@@ -62,6 +70,12 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
             return Route(plan.kind, tuple(plan.index_order),
                          lambda parallel, module=module, plan=plan:
                          module.emit(plan, fmts, out_format, dtype, parallel, facts), True)
+    from ..dialect.kernels import ewise      # any element-wise body over one or two CSR/CSC operands
+    plan = ewise.match(stmt, formats, dtypes, out_format)
+    if plan is not None:
+        return Route(plan.kind, tuple(plan.index_order),
+                     lambda parallel: ewise.emit(plan, fmts, out_format, dtype, parallel, facts, stmt, dtypes),
+                     not plan.reduce, fills_output=plan.reduce, out_rank=len(stmt.indices), out_dtype=plan.out_dtype)
     return None
 
 
@@ -77,7 +91,8 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     parallel = options.parallel != "none" and bool(target.param("openmp"))
     mlir = r.emit(parallel)
     mod = load_module(mlir, what=f"'{stmt}' ({r.kind}, hand-written loops)", options=options, memo=False)
-    sig = KernelSignature(r.index_order, stmt.operands, 2, dtypes[0], out_format if r.sparse_result else None)
+    sig = KernelSignature(r.index_order, stmt.operands, r.out_rank, r.out_dtype or dtypes[0],
+                          out_format if r.sparse_result else None)
     n = len(r.index_order) + 1 + sum(1 if f.is_dense else len(f.fields()) + 1 for f in formats)
     if len(mod.info["arg_types"]) != n:
         raise SparseccError(f"internal error: hand-written kernel for '{stmt}' takes "
