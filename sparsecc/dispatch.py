@@ -77,9 +77,9 @@ def executors() -> tuple:
 def plan_calls(kernel, optimize) -> None:
     """Make ``kernel`` run planned calls where its statement allows (``optimize``: True,
     "greedy", "optimal" or a numpy.einsum path; False leaves it one loop nest).  A bad
-    ``optimize`` is a SparseccError here, before any call."""
-    if optimize is not False:
-        _planned.attach(kernel, optimize)
+    ``optimize`` is a SparseccError here, before any call.  (With False a statement whose
+    body holds a reduction still runs it as a step of its own: ``plan/nested.py``.)"""
+    _planned.attach(kernel, optimize)
 
 
 def executor_for(kernel, operands):

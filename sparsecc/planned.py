@@ -38,7 +38,7 @@ from .formats import resolve
 from .patterns import default_result_format
 from .plan import Plan, check_optimize, make_plan, of_operand, product_form
 from .plan import path as _path
-from .plan.plan import single_plan
+from .plan.plan import _nested_reduce as nested_reduction, single_plan
 from .runtime import call as _call
 from .runtime.kernel import Kernel
 from .runtime.operands import as_operand
@@ -59,9 +59,10 @@ def attach(kernel: Kernel, optimize) -> None:
     factors (``optimize``: True, "greedy", "optimal" or a path); a bad ``optimize`` or a
     path its statement cannot follow is a SparseccError here, before any call."""
     optimize = check_optimize(optimize)
-    if optimize is False:
-        return
     stmt = kernel.stmt
+    nested = nested_reduction(stmt.expr, True)    # its sums may be steps (plan/nested.py)
+    if optimize is False and not nested:
+        return
     why: list[str] = []
     prod = product_form(stmt, why)
     if isinstance(optimize, tuple):
@@ -70,7 +71,7 @@ def attach(kernel: Kernel, optimize) -> None:
         if prod is None and not _path.is_single(tree, n):
             raise SparseccError(f"optimize= path {list(optimize)!r}: '{kernel.source}' cannot be computed in "
                                 f"steps ({why[0] if why else 'not a product'}); only its one loop nest runs it")
-    if prod is None or kernel.options.device != "cpu":
+    if (prod is None and not nested) or kernel.options.device != "cpu":
         return
     kernel._optimize = optimize
     kernel._plans = {}
@@ -309,7 +310,9 @@ class PlannedKernel(Kernel):
             kernels.append(_step_kernel(step, fmts, out_format, self.options, self.prune if root else False,
                                         self.check))
             formats[step.output] = step.format
-        return tuple(kernels), out_dtype, any(d != out_dtype for d in dtypes)
+        # (a statement split at its nested reductions computes each step in its own dtypes)
+        cast = product_form(stmt) is not None and any(d != out_dtype for d in dtypes)
+        return tuple(kernels), out_dtype, cast
 
     def ir(self, stage: str = "mlir", step: int | None = None) -> str:
         """The IR of the one nest (``step=None``, as ``Kernel.ir``) or of step ``step``

@@ -27,9 +27,12 @@ H = sc.hessian(statement, wrt="x")
 hvp = sc.hvp(statement, wrt="x")
 print("Hessian statement:", H.statement)
 
-indptr, indices = H.pattern(A=A)   # stores every entry today (a contraction plus a diagonal into a
-#                                   sparse result: a kernel defect; the values on it are right)
+indptr, indices = H.pattern(A=A)   # A^T A's pattern (a SpGEMM step) plus the diagonal
 print(f"Hessian pattern: {n} x {n}, {len(indices)} stored entries")
+S = sp.csr_array((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+want = (S.T @ S + sp.eye_array(n)).tocsr()
+want.sort_indices()
+assert np.array_equal(indptr, want.indptr) and np.array_equal(indices, want.indices)
 
 
 def run(**derivatives):

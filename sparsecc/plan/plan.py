@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from ..errors import SparseccError
 from ..expr import Access, Binary, Const, Reduce, Statement, Stored, accesses
 from . import cost as _cost
+from . import nested as _nested
 from . import path as _path
 from .stats import TensorStats, estimate
 
@@ -177,6 +178,14 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     why: list[str] = []
     prod = _path.product_form(stmt, why)
     path = optimize if isinstance(optimize, tuple) else None
+    if prod is None or optimize is False:
+        # a reduction below the root, lowered as written, fills a dense temporary of its
+        # result's shape: with a sparse result, such reductions are steps of their own
+        split = _nested.split_plan(stmt, dense, result_format)
+        if split is not None:
+            return _split(stmt, *split)
+        if optimize is False:
+            return single_plan(stmt, result_format, "one loop nest: optimize=False")
     if prod is None:
         if path is not None and not (len(path) == 1 and sorted(path[0]) == list(range(len(path[0])))
                                      and len(path[0]) == _n_accesses(stmt)):
@@ -239,6 +248,12 @@ def _one_nest(stmt: Statement, prod: _path.Product, search: _path.Search, result
         return single_plan(stmt, result_format, reason, None, single.seconds, single.seconds, n)
     return _build(stmt, prod, search, tuple(range(n)), result_format, itemsize, reason + " (its flat form)",
                   single)
+
+
+def _split(stmt: Statement, steps, reason: str) -> Plan:
+    """The plan of :func:`nested.split_plan`'s steps (entries and costs not estimated)."""
+    made = tuple(Step(st, inputs, out, idx, fmt, None, None, text) for st, inputs, out, idx, fmt, text in steps)
+    return Plan(stmt, made, (), reason)
 
 
 def _nested_reduce(e, top: bool) -> bool:
