@@ -104,6 +104,17 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     return got
 
 
+def reads_transposed(stmt, formats, dtypes, out_format) -> bool:
+    """Whether the hand-written SpGEMM takes these CSR operands as they are, one of them read
+    transposed (``sum[i](A[i,k] * B[i,j])``, the Hessian's AᵀB): it transposes that one in
+    O(entries) itself, so the format planning keeps it CSR (else it would be converted to
+    CSC on the host, ``runtime/plans.py``).  ``formats`` may have unresolved widths."""
+    def w(f):
+        return f if f is None or f.is_dense else f.with_widths(f.pos_width or 32, f.crd_width or 32)
+    plan = spgemm.match(stmt, tuple(w(f) for f in formats), dtypes, w(out_format))
+    return plan is not None and plan.a_transposed
+
+
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     """Whether the hand-written kernel for this specialization has workspaces the size of a
     dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
