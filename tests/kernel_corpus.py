@@ -40,6 +40,20 @@ def _cases() -> list[tuple]:
             cases.append(("einsum", expr, (_CSR[0], _CSR[0]), (dtype,) * 2, _CSR[0]))
     for fa, fb, fo in itertools.product(_CSR, _CSR[:2], _CSR[1:3]):
         cases.append(("einsum", "ik,kj->ij", (fa, fb), ("float64",) * 2, fo))
+    # SpGEMM with A read transposed (A^T B: transposed in the kernel) and constant factors (the Hessian's)
+    for expr in ("ik,ij->kj", "ij,ik->kj"):
+        for dtype in ("float64", "int32", "complex128"):
+            cases.append(("einsum", expr, (_CSR[0], _CSR[0]), (dtype,) * 2, _CSR[0]))
+    for text in ("C[k,j] = sum[i](A[i,k] * (2 * B[i,j]))", "C[i,j] = sum[k](2.5 * A[i,k] * B[k,j])"):
+        for dtype in ("float64", "int64", "complex128"):
+            if dtype == "int64" and "2.5" in text:
+                continue
+            cases.append(("notation", text, (_CSR[0], _CSR[1]), (dtype,) * 2, _CSR[0]))
+    # the masked sum ij,jk,ik-> (triangle counting): operand orders, widths, dtypes
+    for expr in ("ij,jk,ik->", "ik,ij,jk->"):
+        for dtype in ("float64", "int64", "int32", "complex128"):
+            cases.append(("einsum", expr, (_CSR[0],) * 3, (dtype,) * 3, None))
+    cases.append(("einsum", "ij,jk,ik->", (_CSR[1], _CSR[2], _CSR[3]), ("float64",) * 3, None))
     # SDDMM: einsum (three factors) and notation (A outside the sum), transposed X / Y, operand orders
     sddmm = ["ij,ik,jk->ij", "ij,ki,jk->ij", "ij,ik,kj->ij", "ij,ki,kj->ij", "ik,ij,jk->ij", "jk,ik,ij->ij"]
     for expr in sddmm:

@@ -17,6 +17,11 @@ from . import targets
 from .loader import load_module
 
 
+#: the hand-written kernels with per-thread workspaces the size of a dimension: a ``huge``
+#: call (a dimension much larger than the stored entries) keeps the sparsifier's kernel
+SIZED_BY_DIMENSION = ("spgemm", "masked_sum")
+
+
 @dataclasses.dataclass(frozen=True)
 class Route:
     """A hand-written kernel that serves a specialization: its ``kind`` (``plan.kind``), the
@@ -41,7 +46,7 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
     results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the
     union, then any other element-wise body over CSR/CSC operands (``ewise``).  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
-    from ..dialect.kernels import gemm, mttkrp, spmm
+    from ..dialect.kernels import gemm, masked_sum, mttkrp, spmm
     fmts, dtype = dict(zip(stmt.operands, formats)), dtypes[0]
     if device == "cpu":
         plan = mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) in (2, 3) else None
@@ -54,6 +59,11 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
             return Route(plan.kind, tuple(plan.index_order),
                          lambda parallel: scatter.emit(plan, fmts, None, dtype, parallel, facts), False,
                          fills_output=True, out_rank=1)
+        plan = masked_sum.match(stmt, formats, dtypes, out_format)
+        if plan is not None:    # ij,jk,ik-> (triangles): rows in parallel, the row sums added in order
+            return Route(plan.kind, tuple(plan.index_order),
+                         lambda parallel: masked_sum.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=True, out_rank=0)
         plan = spmm.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route("spmm", tuple(plan.index_order),
@@ -86,7 +96,7 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     result's columns, so such a call keeps the sparsifier's plans (docs/sparse-results.md)."""
     target = targets.resolve(options)
     r = route(stmt, formats, dtypes, out_format, options.device, facts=target.kernel_facts())
-    if r is None or (huge and r.kind == "spgemm"):
+    if r is None or (huge and r.kind in SIZED_BY_DIMENSION):
         return None
     parallel = options.parallel != "none" and bool(target.param("openmp"))
     mlir = r.emit(parallel)
@@ -104,10 +114,23 @@ def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bo
     return got
 
 
+def reads_transposed(stmt, formats, dtypes, out_format) -> bool:
+    """Whether the hand-written SpGEMM takes these CSR operands as they are, one of them read
+    transposed (``sum[i](A[i,k] * B[i,j])``, the Hessian's AᵀB): it transposes that one in
+    O(entries) itself, so the format planning keeps it CSR (else it would be converted to
+    CSC on the host, ``runtime/plans.py``).  ``formats`` may have unresolved widths."""
+    def w(f):
+        return f if f is None or f.is_dense else f.with_widths(f.pos_width or 32, f.crd_width or 32)
+    plan = spgemm.match(stmt, tuple(w(f) for f in formats), dtypes, w(out_format))
+    return plan is not None and plan.a_transposed
+
+
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     """Whether the hand-written kernel for this specialization has workspaces the size of a
     dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
-    return spgemm.match(stmt, formats, dtypes, out_format) is not None
+    from ..dialect.kernels import masked_sum
+    return (spgemm.match(stmt, formats, dtypes, out_format) is not None
+            or masked_sum.match(stmt, formats, dtypes, out_format) is not None)
 
 
 def serial_kernel(stmt, formats, dtypes, out_format, facts: TargetFacts):

@@ -20,6 +20,7 @@ from .. import dtypes as dt
 from ..errors import FormatError, OperandError, ShapeError
 from ..expr import Statement, accesses, bind_by_name, describe, index_sizes
 from ..formats import Format, resolve
+from . import fast_paths
 from . import specialization as _spec
 from .memref import ArgPacker
 from .operands import aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound, own_widths
@@ -216,7 +217,8 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> _Plan:
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape,
                                   bool(wide and wide[2]))
-    if out_fmt is not None:
+    if out_fmt is not None and (huge or self.options.device != "cpu"
+                                or not fast_paths.reads_transposed(self.stmt, fmts, tuple(dtypes), out_fmt)):
         orders = sparse_result_orders(self.stmt, fmts, huge)
         fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
     fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])

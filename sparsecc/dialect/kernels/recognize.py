@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes as dt
-from ...expr import Access, Binary, Reduce, Statement, accesses
+from ...expr import Access, Binary, Const, Reduce, Statement, accesses
 from ...formats import Format
 
 
@@ -82,15 +82,30 @@ class Product:
     factors: tuple
     formats: dict
     index_order: tuple[str, ...]
+    scale: tuple = ()       # constant factors of the product (``2 * A[i,k] * B[k,j]``; only with scale_ok)
 
 
 #: the value kinds of SDDMM and SpGEMM
 PRODUCT_KINDS = ("float", "int", "complex")
 
 
+def scaled_factors(e) -> tuple[list, list] | None:
+    """The accesses and the constants of a product ``c * a * b * ...``, or None."""
+    if isinstance(e, Access):
+        return [e], []
+    if isinstance(e, Const):
+        return [], [e]
+    if isinstance(e, Binary) and e.op == "*":
+        left, right = scaled_factors(e.left), scaled_factors(e.right)
+        if left is not None and right is not None:
+            return left[0] + right[0], left[1] + right[1]
+    return None
+
+
 def csr_product(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
-                out_format: Format | None) -> Product | None:
-    """The product with a CSR result that SDDMM (three factors) and SpGEMM (two) start from."""
+                out_format: Format | None, scale_ok: bool = False) -> Product | None:
+    """The product with a CSR result that SDDMM (three factors) and SpGEMM (two) start from;
+    ``scale_ok``: constant factors allowed (:attr:`Product.scale`)."""
     if not is_csr(out_format) or len(stmt.indices) != 2 or not one_kind(dtypes, PRODUCT_KINDS):
         return None
     fmts = dict(zip(stmt.operands, formats))
@@ -107,11 +122,16 @@ def csr_product(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str,
     if not plain_sum(e, 1):
         return None
     k = e.indices[0]
-    facs = factors(e.body)
+    scale: list = []
+    if scale_ok:
+        got = scaled_factors(e.body)
+        facs, scale = got if got is not None else (None, [])
+    else:
+        facs = factors(e.body)
     if facs is None:
         return None
     if outer is not None:
         facs = [outer] + facs
     if len({a.tensor for a in facs}) != len(facs) or len({i, j, k}) != 3:
         return None
-    return Product(i, j, k, tuple(facs), fmts, index_order(stmt))
+    return Product(i, j, k, tuple(facs), fmts, index_order(stmt), tuple(scale))

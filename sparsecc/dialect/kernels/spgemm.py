@@ -25,7 +25,9 @@ the result does not depend on the thread count, bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from ... import dtypes as dt
 from ...expr import Statement
@@ -58,25 +60,48 @@ class Plan(RolePlan):
     j: str
     k: str
     a_first: bool = True
+    a_transposed: bool = False      # A's operand is read as A[k,i]: CSR of its transpose built in the kernel
+    scale: str | None = None        # the constant factor's MLIR literal (``2 * A[i,k] * B[k,j]``)
 
 
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> Plan | None:
     """The hand-written SpGEMM for this specialization, or None (the sparsifier's kernel)."""
-    p = csr_product(stmt, formats, dtypes, out_format)
+    p = csr_product(stmt, formats, dtypes, out_format, scale_ok=True)
     if p is None or len(p.factors) != 2:
         return None
     i, j, k = p.i, p.j, p.k
-    a, b = p.factors
-    ia, ib = _stored(a, p.formats[a.tensor]), _stored(b, p.formats[b.tensor])
-    if ia == (k, j) and ib == (i, k):
-        a, b, ia, ib = b, a, ib, ia
-        first = False
-    else:
-        first = True
-    if ia != (i, k) or ib != (k, j):
+    scale = _scale_literal(p.scale, dtypes[0]) if p.scale else None
+    if p.scale and scale is None:
         return None
-    return Plan("spgemm", (("A", a.tensor), ("B", b.tensor)), p.index_order, i, j, k, a_first=first)
+    f0, f1 = p.factors
+    for a, b, first in ((f0, f1, True), (f1, f0, False)):
+        # A's buffers store (i, k) (CSR of A[i,k], or CSC of A[k,i]: the same buffers) or
+        # (k, i) (a CSR operand read transposed, A[k,i]: the kernel transposes it first, in
+        # O(entries), as SciPy's A.T @ B does); B's store (k, j)
+        ia, ib = _stored(a, p.formats[a.tensor]), _stored(b, p.formats[b.tensor])
+        if ib == (k, j) and ia in ((i, k), (k, i)):
+            return Plan("spgemm", (("A", a.tensor), ("B", b.tensor)), p.index_order, i, j, k, a_first=first,
+                        a_transposed=ia == (k, i), scale=scale)
+    return None
+
+
+def _scale_literal(consts, dtype: str) -> str | None:
+    """The product of the constants in ``dtype`` as an MLIR constant's value, or None where
+    they would promote the product past ``dtype`` or are not finite."""
+    row = dt.TABLE[dtype]
+    v = row.numpy.type(1)
+    for c in consts:
+        if np.result_type(row.numpy, c.value) != row.numpy:
+            return None
+        with np.errstate(all="ignore"):
+            v = v * row.numpy.type(c.value)
+    if not np.all(np.isfinite(v)):
+        return None
+    if row.kind == "complex":
+        part = row.storage[8:-1]
+        return f"[{float(v.real)!r} : {part}, {float(v.imag)!r} : {part}]"
+    return repr(float(v)) if row.kind == "float" else str(int(v))
 
 
 def _stored(access, f: Format) -> tuple | None:
@@ -161,6 +186,9 @@ def _row_functions(plan: Plan, fa: Format, fb: Format, out: Format, dtype: str) 
     kv = t.load_index("%A_crd", "%p", fa.crd_width)
     _prefetch_next(t, hi, fa, fb, T)
     a = t.op(f"memref.load %A_val[%p] : memref<?x{T}>")
+    if plan.scale is not None:      # the constant factor, once per A entry
+        kind = "complex.constant" if row.kind == "complex" else "arith.constant"
+        a = t.op(arith(row, "*", t.op(f"{kind} {plan.scale} : {T}"), a))
     k1 = t.op(f"arith.addi {kv}, %c1 : index")
     blo = t.load_index("%B_pos", kv, fb.pos_width)
     bhi = t.load_index("%B_pos", k1, fb.pos_width)
@@ -351,6 +379,61 @@ def _read_summary_word(t: Text, sa: str, sword: str, out: Format, T: str) -> str
     return f"{sgot}#1"
 
 
+def _transposed(fa: Format) -> Format:
+    """The format of the CSR transpose the kernel builds of A (64-bit coordinates: A's rows)."""
+    return replace(fa, crd_width=64)
+
+
+def _transpose_a(t: Text, fa: Format, m: str, rows: str, T: str) -> Format:
+    """A CSR operand read as ``A[k,i]``: its transpose as CSR (``m`` rows, A's columns),
+    built serially in O(entries + m) by counting its columns, a prefix sum and a scatter of
+    its rows in order (each row of the transpose sorted); the buffers' names become
+    ``%A_pos``, ``%A_crd``, ``%A_val`` from here on (the operand's are renamed ``%A0_*`` in the
+    signature).  Returns the transpose's format."""
+    ft = _transposed(fa)
+    pw = fa.pos_width
+    m1 = t.op(f"arith.addi {m}, %c1 : index")
+    nnz = t.load_index("%A0_pos", rows, pw)
+    n1 = t.op(f"arith.maxui {nnz}, %c1 : index")
+    t(f"%A_pos = memref.alloc({m1}) : memref<?x{ity(pw)}>")
+    t(f"%A_crd = memref.alloc({n1}) : memref<?xi64>")
+    t(f"%A_val = memref.alloc({n1}) : memref<?x{T}>")
+    t(f"%A_next = memref.alloc({m1}) : memref<?xindex>")
+    t(f"scf.for %x = %c0 to {m1} step %c1 {{")
+    t("  memref.store %c0, %A_next[%x] : memref<?xindex>")
+    t("}")
+    t(f"scf.for %x = %c0 to {nnz} step %c1 {{")     # the column counts, one ahead
+    c = t.load_index("%A0_crd", "%x", fa.crd_width)
+    c1 = t.op(f"arith.addi {c}, %c1 : index")
+    u = t.op(f"memref.load %A_next[{c1}] : memref<?xindex>")
+    t(f"  memref.store {t.op(f'arith.addi {u}, %c1 : index')}, %A_next[{c1}] : memref<?xindex>")
+    t("}")
+    t(f"scf.for %x = %c0 to {m} step %c1 {{")       # positions; %A_next[c]: column c's next slot
+    x1 = t.op("arith.addi %x, %c1 : index")
+    u = t.op("memref.load %A_next[%x] : memref<?xindex>")
+    w = t.op(f"memref.load %A_next[{x1}] : memref<?xindex>")
+    t(f"  memref.store {t.op(f'arith.addi {u}, {w} : index')}, %A_next[{x1}] : memref<?xindex>")
+    t.store_index(u, "%A_pos", "%x", pw)
+    t("}")
+    t.store_index(nnz, "%A_pos", m, pw)
+    t(f"scf.for %r = %c0 to {rows} step %c1 {{")    # A's rows in order: each transposed row sorted
+    r1 = t.op("arith.addi %r, %c1 : index")
+    lo = t.load_index("%A0_pos", "%r", pw)
+    hi = t.load_index("%A0_pos", r1, pw)
+    ri = t.op("arith.index_cast %r : index to i64")
+    t(f"scf.for %x = {lo} to {hi} step %c1 {{")
+    c = t.load_index("%A0_crd", "%x", fa.crd_width)
+    q = t.op(f"memref.load %A_next[{c}] : memref<?xindex>")
+    t(f"  memref.store {ri}, %A_crd[{q}] : memref<?xi64>")
+    v = t.op(f"memref.load %A0_val[%x] : memref<?x{T}>")
+    t(f"  memref.store {v}, %A_val[{q}] : memref<?x{T}>")
+    t(f"  memref.store {t.op(f'arith.addi {q}, %c1 : index')}, %A_next[{c}] : memref<?xindex>")
+    t("}")
+    t("}")
+    t("memref.dealloc %A_next : memref<?xindex>")
+    return ft
+
+
 def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, facts: TargetFacts) -> str:
     """The MLIR module (module docstring); ``formats`` by operand name (widths resolved),
     ``parallel``: the rows in ``scf.parallel`` (else serial ``scf.for``)."""
@@ -359,10 +442,13 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     fa = plan.format_of("A", formats)
     fb = plan.format_of("B", formats)
     decl = huge_page_decls(facts) + (list(OMP_DECLS) if parallel else [])
-    head = kernel_head(operand_params(plan, formats, T), csr_results(out, T))
+    params = operand_params(plan, formats, T)
+    if plan.a_transposed:           # the operand's buffers; %A_* are its transpose's (_transpose_a)
+        params = [q.replace("%A_", "%A0_", 1) if q.startswith("%A_") else q for q in params]
+    head = kernel_head(params, csr_results(out, T))
     if parallel:    # the thread count sc.set_num_threads writes (passes/rewrites.py thread_count)
         decl.append(f"llvm.mlir.global external @{NUM_THREADS_GLOBAL}(1 : i32) {{addr_space = 0 : i32}} : i32")
-    decl += _row_functions(plan, fa, fb, out, dtype)
+    decl += _row_functions(plan, _transposed(fa) if plan.a_transposed else fa, fb, out, dtype)
     pa, ca, pb, cb = (ity(fa.pos_width), ity(fa.crd_width), ity(fb.pos_width), ity(fb.crd_width))
     pw, cw = out.pos_width, out.crd_width
     t = Text()
@@ -408,6 +494,9 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t("}")
     t(f"%C_pos = memref.alloc({m1}) : memref<?x{ity(pw)}>")
     t.store_index("%c0", "%C_pos", "%c0", pw)
+    if plan.a_transposed:
+        fa = _transpose_a(t, fa, m, f"%size_{plan.k}", T)
+        pa, ca = ity(fa.pos_width), ity(fa.crd_width)
     anz = t.load_index("%A_pos", m, fa.pos_width)     # A's stored entries (prefetches stop there)
     args_count = f"%A_pos, %A_crd, %B_pos, %B_crd"
     types_count = f"memref<?x{pa}>, memref<?x{ca}>, memref<?x{pb}>, memref<?x{cb}>"
@@ -494,5 +583,9 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t("memref.dealloc %bm : memref<?xi64>")
     t("memref.dealloc %sm : memref<?xi64>")
     t(f"memref.dealloc %acc : memref<?x{T}>")
+    if plan.a_transposed:
+        t(f"memref.dealloc %A_pos : memref<?x{pa}>")
+        t(f"memref.dealloc %A_crd : memref<?x{ca}>")
+        t(f"memref.dealloc %A_val : memref<?x{T}>")
     return_csr(t, m, n, m1, nnz, out, T)
     return module(decl, head, t.lines)

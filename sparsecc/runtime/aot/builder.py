@@ -55,7 +55,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     ``_values`` entry points and, for a pattern fixed at build time, its tables
     (``derivative_c.py``).
     """
-    from ..fast_paths import sized_by_dimension
+    from ..fast_paths import SIZED_BY_DIMENSION, sized_by_dimension
     from ..kernel import compile_specialization
     if not isinstance(name, str) or not _NAME.match(name):
         raise SparseccError(f"a library name is a C identifier, got {name!r}")
@@ -106,7 +106,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     chosen["guarded"] = both
                 objects.append(obj2)
                 defs.append(_c_dispatch(entry, len(comp.index_order), fmts,
-                                        huge=chosen.get("kernel") == "spgemm"))
+                                        huge=chosen.get("kernel") in SIZED_BY_DIMENSION))
                 if "kernel" in chosen:
                     chosen["huge_dimensions"] = "sparsifier"
             if kdev == "cuda":
