@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import SparseccError
 from ..expr import (Access, Binary, Const, Dense, Expr, Index, Reduce, Statement, Stored, Unary, Where,
-                    accesses, fold, free_indices, show, used_indices)
+                    accesses, children, fold, free_indices, show, used_indices)
 
 #: the sparse identity operand a delta of an output index reads
 DELTA = "Id_"
@@ -248,23 +248,11 @@ def non_holomorphic(e: Expr, wrt: str) -> str | None:
         return show(e)
     if isinstance(e, Where) and reads(e.cond, wrt):
         return show(e.cond)
-    for c in _kids(e):
+    for c in children(e):
         found = non_holomorphic(c, wrt)
         if found:
             return found
     return None
-
-
-def _kids(e: Expr):
-    if isinstance(e, Unary):
-        return (e.arg,)
-    if isinstance(e, Binary):
-        return (e.left, e.right)
-    if isinstance(e, Where):
-        return (e.cond, e.left, e.right)
-    if isinstance(e, (Reduce, Stored, Dense)):
-        return (e.body,)
-    return ()
 
 
 def check_wrt(stmt: Statement, wrt: str, source: str, any_rank: bool = False) -> int:

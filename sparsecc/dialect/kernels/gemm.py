@@ -254,17 +254,34 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
         t("}")
         t("}")
 
+    per = _work_table(t, rows_c, N, K, total) if parallel else None
+    _row_blocks(t, total, per, body)
     if parallel:
-        # each block's cumulative work, read by the body at [t] and [t + 1]: the thread-count
-        # rewrite's measure (module docstring); the block's number is work[t] / per
-        flops = t.op(f"arith.muli {t.op(f'arith.muli {rows_c}, {N} : index')}, {K} : index")
-        unit = t.op(f"arith.constant {FMA_PER_WORK} : index")
-        per = t.op(f"arith.maxui {t.op(f'arith.divui {flops}, {unit} : index')}, %c1 : index")
-        n1 = t.op(f"arith.addi {total}, %c1 : index")
-        t(f"%work = memref.alloc({n1}) : memref<?xindex>")
-        t(f"scf.for %w = %c0 to {n1} step %c1 {{")
-        t(f"  memref.store {t.op(f'arith.muli %w, {per} : index')}, %work[%w] : memref<?xindex>")
-        t("}")
+        t("memref.dealloc %work : memref<?xindex>")
+    t("return")
+    attrs = f"{PARALLEL_CHUNK} = 1 : i64" if parallel else ""
+    return module([], kernel_head(params, attrs=attrs), t.lines)
+
+
+def _work_table(t: Text, rows_c: str, n: str, k: str, total: str) -> str:
+    """``%work``: each row block's cumulative work (``rows x n x k`` multiply-adds over
+    ``FMA_PER_WORK``), read by the blocks' loop at ``[t]`` and ``[t + 1]``: the thread-count
+    rewrite's measure (module docstring).  Returns ``per``, one block's work."""
+    flops = t.op(f"arith.muli {t.op(f'arith.muli {rows_c}, {n} : index')}, {k} : index")
+    unit = t.op(f"arith.constant {FMA_PER_WORK} : index")
+    per = t.op(f"arith.maxui {t.op(f'arith.divui {flops}, {unit} : index')}, %c1 : index")
+    n1 = t.op(f"arith.addi {total}, %c1 : index")
+    t(f"%work = memref.alloc({n1}) : memref<?xindex>")
+    t(f"scf.for %w = %c0 to {n1} step %c1 {{")
+    t(f"  memref.store {t.op(f'arith.muli %w, {per} : index')}, %work[%w] : memref<?xindex>")
+    t("}")
+    return per
+
+
+def _row_blocks(t: Text, total: str, per: str | None, body) -> None:
+    """The loop over ``total`` row blocks, ``body(block)`` each: parallel over ``%work``'s
+    blocks when ``per`` is given (a block's number is ``work[t] / per``), else serial."""
+    if per is not None:
         t(f"scf.parallel (%t) = (%c0) to ({total}) step (%c1) {{")
         lo = t.op("memref.load %work[%t] : memref<?xindex>")
         hi = t.op(f"memref.load %work[{t.op('arith.addi %t, %c1 : index')}] : memref<?xindex>")
@@ -273,14 +290,10 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
         t("}")
         t("  scf.reduce")
         t("}")
-        t("memref.dealloc %work : memref<?xindex>")
     else:
         t(f"scf.for %t = %c0 to {total} step %c1 {{")
         body("%t")
         t("}")
-    t("return")
-    attrs = f"{PARALLEL_CHUNK} = 1 : i64" if parallel else ""
-    return module([], kernel_head(params, attrs=attrs), t.lines)
 
 
 #: cache blocking of the packed kernel (:func:`_emit_packed`): ``k`` in blocks of ``KC``, so a
@@ -429,15 +442,7 @@ def _emit_packed(plan: Plan, params: list[str], dtype: str, parallel: bool, fact
         t("}")
         t("}")
 
-    if parallel:
-        flops = t.op(f"arith.muli {t.op(f'arith.muli {rows_c}, {ncap} : index')}, {kcap} : index")
-        unit = t.op(f"arith.constant {FMA_PER_WORK} : index")
-        per = t.op(f"arith.maxui {t.op(f'arith.divui {flops}, {unit} : index')}, %c1 : index")
-        n1 = t.op(f"arith.addi {total}, %c1 : index")
-        t(f"%work = memref.alloc({n1}) : memref<?xindex>")
-        t(f"scf.for %w = %c0 to {n1} step %c1 {{")
-        t(f"  memref.store {t.op(f'arith.muli %w, {per} : index')}, %work[%w] : memref<?xindex>")
-        t("}")
+    per = _work_table(t, rows_c, ncap, kcap, total) if parallel else None
     # k's blocks: at least one, so an empty k still writes its zeros
     kend = t.op(f"arith.maxui {K}, %c1 : index")
     t(f"scf.for %jc = %c0 to {N} step {nc_c} {{")
@@ -447,19 +452,7 @@ def _emit_packed(plan: Plan, params: list[str], dtype: str, parallel: bool, fact
     first = t.op("arith.cmpi eq, %kc, %c0 : index")
     panel = ("%jc", nc, "%kc", kn, first)
     pack("%jc", nc, "%kc", kn)
-    if parallel:
-        t(f"scf.parallel (%t) = (%c0) to ({total}) step (%c1) {{")
-        lo = t.op("memref.load %work[%t] : memref<?xindex>")
-        hi = t.op(f"memref.load %work[{t.op('arith.addi %t, %c1 : index')}] : memref<?xindex>")
-        t(f"scf.if {t.op(f'arith.cmpi ugt, {hi}, {lo} : index')} {{")
-        body(t.op(f"arith.divui {lo}, {per} : index"), panel)
-        t("}")
-        t("  scf.reduce")
-        t("}")
-    else:
-        t(f"scf.for %t = %c0 to {total} step %c1 {{")
-        body("%t", panel)
-        t("}")
+    _row_blocks(t, total, per, lambda tv: body(tv, panel))
     t("}")
     t("}")
     if parallel:
