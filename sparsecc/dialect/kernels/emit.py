@@ -16,7 +16,7 @@ from typing import Callable
 
 from ... import dtypes as dt
 from ...formats import Format
-from ...kernel_abi import FLAG_FUNCTION, TargetFacts
+from ...kernel_abi import FLAG_FUNCTION, NUM_THREADS_GLOBAL, TargetFacts
 
 
 def spec_type(levels: int, buffers: int) -> str:
@@ -101,6 +101,20 @@ def row_bounds(t: Text, pos: str, iv: str, width: int) -> tuple[str, str, str]:
 FLAG_DECL = f"llvm.func @{FLAG_FUNCTION}() -> !llvm.ptr"
 #: the call that returns the flag's pointer (once, at the start of the kernel)
 FLAG_CALL = f"llvm.call @{FLAG_FUNCTION}() : () -> !llvm.ptr"
+
+
+def team_size(t: Text) -> str:
+    """The team's size, at least 1: the largest of libomp's default, the processors and
+    sc.set_num_threads's count (the library's global, which the row loops' num_threads
+    reads: passes/rewrites.py thread_count, and which may exceed libomp's default), for
+    per-thread workspaces (a thread past them would allocate its own for every row)."""
+    a1 = t.op("func.call @omp_get_max_threads() : () -> i32")
+    a2 = t.op("func.call @omp_get_num_procs() : () -> i32")
+    g = t.op(f"llvm.mlir.addressof @{NUM_THREADS_GLOBAL} : !llvm.ptr")
+    a0 = t.op(f"llvm.load {g} : !llvm.ptr -> i32")
+    a3 = t.op(f"arith.maxsi {t.op(f'arith.maxsi {a1}, {a2} : i32')}, {a0} : i32")
+    a4 = t.op(f"arith.index_cast {a3} : i32 to index")
+    return t.op(f"arith.maxsi {a4}, %c1 : index")
 
 
 def set_flag(one32: str, flag: str) -> str:

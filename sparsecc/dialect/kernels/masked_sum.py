@@ -24,7 +24,7 @@ from ... import dtypes as dt
 from ...expr import Reduce, Statement
 from ...formats import Format
 from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
-from .emit import OMP_DECLS, Text, arith, kernel_head, loop, module, operand_params, zero
+from .emit import OMP_DECLS, Text, arith, kernel_head, loop, module, operand_params, team_size, zero
 from .recognize import PRODUCT_KINDS, RolePlan, factors, is_csr, one_kind, plain_sum
 
 
@@ -129,12 +129,7 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     t("%cm1 = arith.constant -1 : index")
     t(f"%zero = {zero(row)}")
     if parallel:    # one marker per thread (as dialect/kernels/spgemm.py sizes its workspaces)
-        a1 = t.op("func.call @omp_get_max_threads() : () -> i32")
-        a2 = t.op("func.call @omp_get_num_procs() : () -> i32")
-        g = t.op(f"llvm.mlir.addressof @{NUM_THREADS_GLOBAL} : !llvm.ptr")
-        a0 = t.op(f"llvm.load {g} : !llvm.ptr -> i32")
-        a3 = t.op(f"arith.maxsi {t.op(f'arith.maxsi {a1}, {a2} : i32')}, {a0} : i32")
-        nt = t.op(f"arith.maxsi {t.op(f'arith.index_cast {a3} : i32 to index')}, %c1 : index")
+        nt = team_size(t)
     else:
         nt = "%c1"
     size = t.op(f"arith.muli {nt}, {n} : index")

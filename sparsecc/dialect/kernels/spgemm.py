@@ -34,7 +34,8 @@ from ...expr import Statement
 from ...formats import Format
 from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
 from .emit import (OMP_DECLS, Text, alloc_entries, arith, csr_results, function, huge_page_decls, if_yield, ity,
-                   kernel_head, loop, module, operand_params, prefix_sum, return_csr, store_maybe_nontemporal)
+                   kernel_head, loop, module, operand_params, prefix_sum, return_csr, store_maybe_nontemporal,
+                   team_size)
 from .recognize import RolePlan, csr_product, is_compressed
 
 #: a row of at most this many entries is put in order by insertion sort
@@ -457,16 +458,7 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     m, n = f"%size_{plan.i}", f"%size_{plan.j}"
     m1 = t.op(f"arith.addi {m}, %c1 : index")
     if parallel:    # one marker and accumulator per thread
-        # the team: sc.set_num_threads's count (the library's global, which the row loops'
-        # num_threads reads: passes/rewrites.py thread_count), which may exceed libomp's
-        # default; a thread past the workspaces allocated its own for every row (O(n) each)
-        a1 = t.op("func.call @omp_get_max_threads() : () -> i32")
-        a2 = t.op("func.call @omp_get_num_procs() : () -> i32")
-        g = t.op(f"llvm.mlir.addressof @{NUM_THREADS_GLOBAL} : !llvm.ptr")
-        a0 = t.op(f"llvm.load {g} : !llvm.ptr -> i32")
-        a3 = t.op(f"arith.maxsi {t.op(f'arith.maxsi {a1}, {a2} : i32')}, {a0} : i32")
-        a4 = t.op(f"arith.index_cast {a3} : i32 to index")
-        nt = t.op(f"arith.maxsi {a4}, %c1 : index")
+        nt = team_size(t)      # per-thread workspaces: a thread past them allocated its own for every row
     else:
         nt = "%c1"
     size = t.op(f"arith.muli {nt}, {n} : index")
