@@ -18,11 +18,12 @@ from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
 from .semiring import Semiring
 from . import ops
-from .derivatives import gradient, hessian, hvp, jacobian, jvp
+from .derivatives import PatternError, gradient, hessian, hvp, jacobian, jvp
 from . import lazy
 from .lazy import compute, fused, indices
 
 __all__ = ["aot", "ops", "lazy", "compute", "fused", "indices", "jacobian", "jvp", "hessian", "hvp", "gradient", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
            "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
+           "PatternError",
            "__version__", "set_num_threads", "get_num_threads"]

@@ -119,8 +119,53 @@ def build(name: str, kernels: dict, outdir: str, **options) -> str:
             plain[kname], records[kname] = k.kernel_and_record()
         else:
             plain[kname] = k
+    for kname, k in (plain.items() if isinstance(plain, dict) else ()):
+        _refuse_nested(kname, k, kname in records)
     return _build(name, plain if isinstance(kernels, dict) else kernels, outdir,
                   derivatives=records or None, **options)
 
 
 build.__doc__ = (_build.__doc__ or "") + "\n\n" + build.__doc__
+
+
+def _refuse_nested(kname, k, derivative: bool) -> None:
+    """A SparseccError for a kernel with a sparse result whose body holds a reduction the
+    JIT runs as a sparse step of its own (plan/nested.py; docs/aot.md "Nested
+    reductions"): built as one loop nest, that reduction fills a dense temporary of the
+    result's shape and the sparse result stores every entry - a result of another pattern
+    than the JIT's (and, for a derivative, than its tables), in O(result shape)."""
+    from .runtime.kernel import Kernel
+    from .plan.nested import split_plan
+    from .plan.path import product_form
+    from .formats import resolve
+    from .patterns import default_result_format
+    if not isinstance(k, Kernel):
+        return                                  # the builder says what is wrong with it
+    stmt = k.stmt
+    dense = {}
+    for op in stmt.operands:
+        spec = k.formats.get(op)
+        if spec is None:
+            return                              # the builder's error: an operand without a format
+        dense[op] = resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}").is_dense
+    spec = k.out_format if k.out_format is not None else \
+        default_result_format(stmt, frozenset(n for n, d in dense.items() if not d))
+    if not isinstance(spec, str):
+        spec = "csr" if not getattr(spec, "is_dense", False) else "dense"
+    if spec.strip().lower() == "dense" or product_form(stmt) is not None:
+        return
+    split = split_plan(stmt, dense, spec)
+    if split is None:
+        return
+    steps = "; ".join(s[5] for s in split[0][:-1])
+    what = (f"derivative kernel {kname!r} ({stmt})" if derivative else f"kernel {kname!r} ('{stmt}')")
+    todo = ("build the derivative of each term of the objective (each a product, which a library builds "
+            "exactly) and add them in the caller, or compile its statement with a dense result "
+            "(sc.compile(H.statement, ..., out_format='dense'))"
+            if derivative else
+            f"build each step as a kernel of its own ({steps}; then the statement reading it) and call them "
+            f"in turn, or give the kernel a dense result (out_format='dense')")
+    raise SparseccError(f"{what} has a sparse result and a nested reduction over a sparse operand, which the "
+                        f"JIT computes as a sparse step of its own; a library builds one loop nest, where that "
+                        f"reduction fills a dense temporary of the result's shape and the result would store "
+                        f"every entry: {todo} (docs/aot.md, Nested reductions)")
