@@ -228,3 +228,12 @@ def test_manifest_and_library_must_agree(libdir, tmp_path):
     (tmp_path / "mykernels.json").write_text(json.dumps(man))
     with pytest.raises(sc.SparseccError, match="holds no such kernel"):
         sc.aot.load(str(tmp_path))
+
+
+def test_nested_reduction_with_sparse_result_refused():
+    """``sum[i](AT[k,i] * B[i,l]) + I[k,l]`` into CSR: the JIT runs the sum as a sparse step
+    (plan/nested.py); a library's one loop nest would store every entry, so sc.aot.build
+    refuses before compiling, naming the steps to build instead (docs/aot.md)."""
+    k = sc.compile("J[k,l] = sum[i](AT[k,i] * B[i,l]) + I[k,l]", AT="csr", B="csr", I="csr")
+    with pytest.raises(sc.SparseccError, match=r"nested reduction.*Tn0\[k,l\] = sum\[i\]"):
+        sc.aot.build("nested", {"J": k}, "/nonexistent/never")

@@ -62,8 +62,7 @@ def built(tmp_path_factory):
 {_csr_data("L2", L2)}
 {_csr_data("A", A)}
 {_c_array("u", u, "double")}
-{_c_array("x", x, "double")}
-static const double lam = {lam!r}, c = {c!r};
+static const double lam = {lam!r};
 static void show(const char *what, const double *v, int64_t n) {{
     printf("%s", what); for (int64_t t = 0; t < n; t++) printf(" %.17g", v[t]); printf("\\n"); }}
 static void showi(const char *what, const int32_t *v, int64_t n) {{
