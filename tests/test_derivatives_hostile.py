@@ -108,3 +108,9 @@ def test_crash_candidates_in_a_subprocess(name):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "refused" in p.stdout
+
+
+def test_pattern_error_exported_with_the_others():
+    """sc.PatternError is the derivatives' PatternError, an OperandError, listed in sc.__all__."""
+    assert sc.PatternError is PatternError and issubclass(sc.PatternError, sc.OperandError)
+    assert "PatternError" in sc.__all__
