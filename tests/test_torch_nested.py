@@ -20,14 +20,24 @@ CASES = {
     "neg_sum": ("C[i,j] = neg(sum[k](A[i,k] * B[k,j]))", "A B", True, lambda d: -(d["A"] @ d["B"])),
     "two_sums": ("C[i,j] = sum[k](A[i,k] * B[k,j]) + sum[l](D[i,l] * E[l,j])", "A B D E", True,
                  lambda d: d["A"] @ d["B"] + d["D"] @ d["E"]),
+    # min over the stored products only (no term: unstored, read as 0 by the sum), written out
+    "min_plus_sparse": ("C[i,j] = min[k](A[i,k] * B[k,j]) + I[i,j]", "A B I", True, lambda d: _min_oracle(d)),
 }
 PARAMS = [("sum_plus_sparse", "csr", torch.float64), ("mask_times_sum", "coo", torch.float64),
-          ("neg_sum", "csr", torch.complex128), ("two_sums", "coo", torch.float64)]
+          ("neg_sum", "csr", torch.complex128), ("two_sums", "coo", torch.float64),
+          ("min_plus_sparse", "csr", torch.float64)]
+
+
+def _min_oracle(d):
+    a, b = d["A"], d["B"]
+    stored = (a != 0)[:, :, None] & (b != 0)[None, :, :]
+    p = torch.where(stored, a[:, :, None] * b[None, :, :], torch.full((N, N, N), 1e300, dtype=a.dtype))
+    return torch.where(stored.any(1), p.amin(1), torch.zeros((N, N), dtype=a.dtype)) + d["I"]
 
 
 def _operand(seed, layout, dtype):
     g = torch.Generator().manual_seed(seed)
-    d = torch.rand(N, N, generator=g, dtype=torch.float64) * (torch.rand(N, N, generator=g) < 0.35)
+    d = (torch.rand(N, N, generator=g, dtype=torch.float64) + 0.1) * (torch.rand(N, N, generator=g) < 0.35)
     if dtype.is_complex:
         d = d + 1j * torch.rand(N, N, generator=g, dtype=torch.float64) * (d != 0)
     d = d.to(dtype)
