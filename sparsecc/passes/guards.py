@@ -57,13 +57,20 @@ from __future__ import annotations
 from ..kernel_abi import FLAG_FUNCTION, SELF_CHECKED
 from .rewrites import InternalError, _slots
 
-VERSION = "guard_coordinates 8 (blocks of equal rows + entries, the scan prefetches the values, a line each)"
+VERSION = ("guard_coordinates 9 (blocks of equal rows + entries; the scan's max in the coordinates' width; "
+           "the block's values prefetched only for loops of 2^20+ entries; each row prefetches the next "
+           "block's coordinates and values at its offset)")
 # FLAG_FUNCTION (the function, defined by the checked entry, that returns this call's flag) and
 # SELF_CHECKED (a kernel function's attribute: the coordinate arguments it range-checks itself,
 # reported with the guarded ones) live in sparsecc/kernel_abi.py, shared with dialect/kernels/
 #: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
 #: than this is a block of its own)
 COST = 8192
+
+#: the prefetch of the values runs only when the row loop has at least this many stored
+#: entries (12-16 MB of values and coordinates): below, the data comes from the cache,
+#: where the hardware prefetcher keeps up and the prefetch loop only costs time
+PREFETCH_MIN_ENTRIES = 1 << 20
 
 _VIEWS = ("memref.subview", "memref.cast", "memref.reinterpret_cast")
 _CASTS = ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui", "arith.trunci")
@@ -91,6 +98,15 @@ def _top_op(op, block):
             return cur
         cur = _parent_op(cur)
     return None
+
+
+def _is_integer(t) -> bool:
+    from mlir import ir
+    try:
+        ir.IntegerType(t)
+    except ValueError:
+        return False
+    return True
 
 
 def _integer_memref(t) -> bool:
@@ -359,33 +375,78 @@ def elements_per_line(element) -> int:
     return max(1, 512 // max(8, bits))
 
 
-def _scan(crd, chain, plo, phi, streams, zero, one):
+def _prefetch(streams, plo, phi, big) -> None:
+    """Software prefetches of every cache line of ``streams[plo .. phi]`` when ``big``."""
+    from mlir import ir
+    from mlir.dialects import arith, memref, scf
+    index = ir.IndexType.get()
+    for mem in streams:
+        per_line = elements_per_line(ir.MemRefType(mem.type).element_type)
+        ahead = scf.ForOp(plo, arith.select(big, phi, plo), arith.constant(index, per_line))
+        with ir.InsertionPoint(ahead.body):
+            memref.PrefetchOp(mem, [ahead.induction_variable], False, 3, True)   # read, all levels, data
+            scf.YieldOp([])
+
+
+def _prefetch_next(inner, pos, plo, phi, mems, last_of, loc) -> None:
+    """At each row ``i`` of a block ``plo .. phi``, prefetch ``mem[pos[i] + (phi - plo)]`` (and
+    the line after for 8-byte elements): the next block's coordinates at the same offset,
+    which its scan then finds in the cache while this block computes (one or two
+    instructions a row; a prefetch never faults nor changes a result)."""
+    from mlir import ir
+    from mlir.dialects import arith, memref, scf
+    index = ir.IndexType.get()
+    body = inner.regions[0].blocks[0]
+    first = list(body.operations)[0]
+    with ir.InsertionPoint(first), loc:
+        span = arith.subi(phi, plo)
+        some = arith.cmpi(arith.CmpIPredicate.ugt, span, arith.constant(index, 0))
+        branch = scf.IfOp(some)
+        with ir.InsertionPoint(branch.then_block):
+            at = arith.addi(_to_index(memref.load(pos, [inner.induction_variable])), span)
+            for mem in mems:
+                last = next(x for m, x in last_of if m == mem)
+                per_line = elements_per_line(ir.MemRefType(mem.type).element_type)
+                for k in range(max(1, 16 // per_line)):
+                    q = arith.minui(arith.addi(at, arith.constant(index, k * per_line)), last) if k else \
+                        arith.minui(at, last)
+                    memref.PrefetchOp(mem, [q], False, 3, True)
+            scf.YieldOp([])
+
+
+def _scan(crd, chain, plo, phi, streams, big, zero, one):
     """The unsigned max of ``crd[plo .. phi]`` after the cast ``chain``, after a loop of
-    software prefetches of every cache line of ``streams[plo .. phi]`` (the scan itself stays
-    one loop that LLVM vectorizes).  A separate scan that reads only the
+    software prefetches of every cache line of ``streams[plo .. phi]`` when ``big`` (the
+    scan itself stays one loop that LLVM vectorizes).  A separate scan that reads only the
     coordinates leaves the values to be fetched afterwards by the rows' own loop, a second
     memory phase that does not overlap the first: 15-25% of a 1-thread SpMV on Poisson 3-D
-    (``docs/performance.md``).  Prefetches never fault, and the results do not depend on them."""
+    (``docs/performance.md``).  Prefetches never fault, and the results do not depend on them.
+
+    The max is taken in the coordinates' own width and cast once after: every cast the
+    kernel applies (zero or sign extension, index casts) keeps the unsigned order, a negative
+    coordinate included (it stays at the top), so the result is the max of the cast values.
+    Half the vector work of a max in 64 bits for 32-bit coordinates."""
     from mlir import ir
     from mlir.dialects import arith, memref, scf
     index = ir.IndexType.get()
 
-    def max_over(lo, hi, start):
-        loop = scf.ForOp(lo, hi, one, [start])
-        with ir.InsertionPoint(loop.body):
-            v = memref.load(crd, [loop.induction_variable])
+    _prefetch(streams, plo, phi, big)
+    element = ir.MemRefType(crd.type).element_type
+    narrow = chain and all(c.name in ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui")
+                           for c in chain) and _is_integer(element)
+    start = arith.constant(element, 0) if narrow else zero
+    loop = scf.ForOp(plo, phi, one, [start])
+    with ir.InsertionPoint(loop.body):
+        v = memref.load(crd, [loop.induction_variable])
+        if not narrow:
             for cast in chain:
                 v = ir.Operation.create(cast.name, results=[cast.results[0].type], operands=[v]).result
-            scf.YieldOp([arith.maxui(loop.inner_iter_args[0], v)])
-        return loop.results[0]
-
-    for mem in streams:
-        per_line = elements_per_line(ir.MemRefType(mem.type).element_type)
-        ahead = scf.ForOp(plo, phi, arith.constant(index, per_line))
-        with ir.InsertionPoint(ahead.body):
-            memref.PrefetchOp(mem, [ahead.induction_variable], False, 3, True)   # read, all levels, data
-            scf.YieldOp([])
-    return max_over(plo, phi, zero)
+        scf.YieldOp([arith.maxui(loop.inner_iter_args[0], v)])
+    top = loop.results[0]
+    if narrow:
+        for cast in chain:
+            top = ir.Operation.create(cast.name, results=[cast.results[0].type], operands=[top]).result
+    return top
 
 
 def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
@@ -417,17 +478,21 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
                     if not any(m == mem and dd == d for m, dd, _ in dims):
                         dims.append((mem, d, memref.dim(mem, arith.constant(index, d))))
         chunk = arith.constant(i64, 1)
+        last_of = []         # (buffer, its last position): the next block's prefetches
+        for mem in [ld.operands[0] for ld, _ in guards[:1]] + _streams(F, guards, block, top):
+            last_of.append((mem, arith.subi(memref.dim(mem, zero), one)))
     # the number of blocks: the loop's rows plus their stored entries, over COST
     with ir.InsertionPoint(anchor), loc:
         trip = arith.subi(ub, lb)
         none = arith.cmpi(arith.CmpIPredicate.eq, trip, zero)
-        branch = scf.IfOp(none, [index], has_else=True)
+        branch = scf.IfOp(none, [index, i1], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.YieldOp([zero])
+            scf.YieldOp([zero, false])
         with ir.InsertionPoint(branch.else_block):
             stored = arith.subi(_to_index(memref.load(pos, [ub])), _to_index(memref.load(pos, [lb])))
-            scf.YieldOp([arith.ceildivui(arith.addi(trip, stored), cost)])
-        blocks = branch.results[0]
+            big = arith.cmpi(arith.CmpIPredicate.uge, stored, arith.constant(index, PREFETCH_MIN_ENTRIES))
+            scf.YieldOp([arith.ceildivui(arith.addi(trip, stored), cost), big])
+        blocks, big = branch.results[0], branch.results[1]
     lblock = L.regions[0].blocks[0]
     iv = lblock.arguments[0]
     body_ops = list(lblock.operations)[:-1]          # all but the terminator
@@ -441,14 +506,15 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
         phi = _to_index(memref.load(pos, [end]))
         good = None
         streams = _streams(F, guards, block, top)
+        next_streams = list(streams)
         for ld, chains in guards:
             for chain, uses in chains:
+                sizes = [next(x for m, dd, x in dims if m == mem and dd == d) for mem, d in uses]
                 # the unsigned max of the block's coordinates, cast as the kernel casts them;
                 # the first scan also prefetches the block's other per-entry buffers
-                top_c = _scan(ld.operands[0], chain, plo, phi, streams, zero, one)
+                top_c = _scan(ld.operands[0], chain, plo, phi, streams, big, zero, one)
                 streams = []
-                for mem, d in uses:
-                    size = next(x for m, dd, x in dims if m == mem and dd == d)
+                for size in sizes:
                     ok = arith.cmpi(arith.CmpIPredicate.ult, top_c, size)
                     good = ok if good is None else arith.andi(good, ok)
         empty = arith.cmpi(arith.CmpIPredicate.uge, plo, phi)
@@ -469,6 +535,7 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
         op.move_before(inner_yield)
     for op, n in iv_uses:
         op.operands[n] = inner.induction_variable
+    _prefetch_next(inner, pos, plo, phi, [guards[0][0].operands[0], *next_streams], last_of, loc)
     L.operands[0] = zero
     L.operands[1] = blocks
     if L.name == "omp.loop_nest":
