@@ -24,7 +24,14 @@ multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
 TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` with a dense result (or ``M[j,i]``) is the same walk
 with one column, ``v`` in place of C and no B; TTM ``M[i,j,r] = sum[k](A[i,j,k] * C[k,r])``
 (the planner's first step of a Tucker chain ``ijk,jr,ks->irs``) the same walk with no B,
-each segment's ``t`` added to the row ``M[i,j,:]``.
+each segment's ``t`` stored as the row ``M[i,j,:]`` (A is canonical: one segment per (i, j)).
+The TTM writes its whole result, so the call hands it uninitialized memory
+(``fills_output``, as for the dense GEMM): before each segment the thread that runs it zeroes
+the rows ``M[i',j',:]`` between the previous entry's (i, j) and its own (the empty (i, j)
+rows of its slice and the empty slices before it, from row 0 for the first entry), after the
+last entry the rows to the end; with no entries one serial fill.  The zero fill of a fresh
+result (``np.zeros``: page clearing and memset on the calling thread) then runs in parallel
+with the work, and the rows are written once.
 
 A's coordinates are canonical here (sorted, distinct): the runtime's COO loaders pass a
 canonical operand as it is and sum a non-canonical one on a copy (``runtime/operands.py``);
@@ -32,8 +39,9 @@ the ownership rule needs only that each i-slice is contiguous.
 
 The function has the arguments of the sparsifier's kernel for the same statement after
 ``sparse-tensor-codegen`` (the sizes, A's positions, coordinates, values and specifier, the
-dense factors, the output memref), so the call path packs it unchanged; the output arrives
-zeroed (``np.zeros``, runtime/call.py) as for the sparsifier's kernels.
+dense factors, the output memref), so the call path packs it unchanged; the MTTKRP's and
+TTV's output arrives zeroed (``np.zeros``, runtime/call.py) as for the sparsifier's kernels,
+the TTM's uninitialized (``np.empty``).
 """
 
 from __future__ import annotations
