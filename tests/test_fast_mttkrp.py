@@ -292,3 +292,70 @@ def test_ttm_threads_bitwise_equal_and_other_modes_generic():
         D = C if spec.startswith("ijk,k") else rng.random((60, 16))
         _same(k(T, D), np.einsum(spec, T.toarray(), D))
         assert not _handwritten(k)
+
+
+def _ttm_case(shape, rows, js, nnz, rng, dtype="float64"):
+    """A canonical COO with entries only in i-slices ``rows`` and j-rows ``js`` (empty slices
+    and empty (i, j) rows elsewhere)."""
+    I, J, K = shape
+    cells = np.array([(i, j, k) for i in rows for j in js for k in range(K)])
+    pick = np.sort(rng.choice(len(cells), size=min(nnz, len(cells)), replace=False))
+    c = cells[pick].T if len(pick) else np.zeros((3, 0), np.int64)
+    coords = tuple(np.ascontiguousarray(x, dtype=np.int32) for x in c)
+    T = sp.coo_array((random_values(len(pick), dtype, rng), coords), shape=shape)
+    T.coords, T.has_canonical_format = coords, True
+    return T
+
+
+#: (shape, i-slices with entries, j-rows with entries, entries): empty slices at the start,
+#: the middle and the end, empty (i, j) rows inside a slice, no entries, a single entry
+TTM_FILL = [((9, 7, 5), [3, 4, 8], [1, 2, 6], 40), ((9, 7, 5), [0, 5], [0, 6], 25),
+            ((9, 7, 5), [2], [3], 1), ((6, 4, 3), [], [], 0), ((1, 1, 1), [0], [0], 1),
+            ((40, 30, 8), list(range(5, 35, 3)), list(range(2, 28, 2)), 1200)]
+
+
+@pytest.fixture(scope="module")
+def ttm():
+    return sc.compile("ijk,kr->ijr", out_format="dense")
+
+
+@pytest.mark.parametrize("case", range(len(TTM_FILL)))
+def test_ttm_writes_empty_rows(ttm, case):
+    """The TTM writes every entry of its result (the call hands it np.empty): empty i-slices
+    at the start, middle and end, empty (i, j) rows, no entries, one entry; with freed NaNs
+    in the memory it gets, and 1 vs 2 threads bitwise equal."""
+    shape, rows, js, nnz = TTM_FILL[case]
+    rng = np.random.default_rng(_seed("ttm-fill", case))
+    T = _ttm_case(shape, rows, js, nnz, rng)
+    want_pattern = T.toarray()
+    threads.set_min_parallel_work(0)
+    got = {}
+    for r in (16, 37, 1, 0):
+        C = rng.random((shape[2], r))
+        want = np.einsum("ijk,kr->ijr", want_pattern, C)
+        for n in (1, 2):
+            sc.set_num_threads(n)
+            junk = np.full(want.shape, np.nan)
+            del junk
+            M = ttm(T, C)
+            assert not np.isnan(M).any()
+            _same(M, want)
+            got[n] = M.tobytes()
+        assert got[1] == got[2]
+        assert _handwritten(ttm)
+
+
+def test_ttm_is_marked_uninitialised_output():
+    """The route marks the TTM as writing every entry (its output is np.empty), the MTTKRP and
+    TTV not (their outputs stay zeroed)."""
+    from sparsecc.formats import Format
+    from sparsecc.kernel_abi import TargetFacts
+    from sparsecc.parse import parse_einsum
+    from sparsecc.runtime import fast_paths
+    coo, d2 = Format.coo(3).with_widths(32, 32), Format.dense(2)
+    facts = TargetFacts(arch="x86_64", system="linux")
+    for spec, fmts, kind, fills in (("ijk,kr->ijr", (coo, d2), "ttm", True),
+                                    ("ijk,jr,kr->ir", (coo, d2, d2), "mttkrp", False),
+                                    ("ijk,k->ij", (coo, Format.dense(1)), "ttv", False)):
+        r = fast_paths.route(parse_einsum(spec, len(fmts)), fmts, ("float64",) * len(fmts), None, facts=facts)
+        assert (r.kind, r.fills_output) == (kind, fills)

@@ -52,7 +52,8 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
         plan = mttkrp.match(stmt, formats, dtypes, out_format) if len(formats) in (2, 3) else None
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
-                         lambda parallel: mttkrp.emit(plan, fmts, None, dtype, parallel, facts), False)
+                         lambda parallel: mttkrp.emit(plan, fmts, None, dtype, parallel, facts), False,
+                         fills_output=plan.kind == "ttm")     # TTM zeroes its empty rows itself
         from ..dialect.kernels import scatter       # y = A.T @ x of a CSR A (PageRank's step)
         plan = scatter.match(stmt, formats, dtypes, out_format)
         if plan is not None:

@@ -24,7 +24,14 @@ multiplies ``B[j,r] * C[k,r]`` again for every entry and r.  This kernel:
 TTV ``M[i,j] = sum[k](A[i,j,k] * v[k])`` with a dense result (or ``M[j,i]``) is the same walk
 with one column, ``v`` in place of C and no B; TTM ``M[i,j,r] = sum[k](A[i,j,k] * C[k,r])``
 (the planner's first step of a Tucker chain ``ijk,jr,ks->irs``) the same walk with no B,
-each segment's ``t`` added to the row ``M[i,j,:]``.
+each segment's ``t`` stored as the row ``M[i,j,:]`` (A is canonical: one segment per (i, j)).
+The TTM writes its whole result, so the call hands it uninitialized memory
+(``fills_output``, as for the dense GEMM): before each segment the thread that runs it zeroes
+the rows ``M[i',j',:]`` between the previous entry's (i, j) and its own (the empty (i, j)
+rows of its slice and the empty slices before it, from row 0 for the first entry), after the
+last entry the rows to the end; with no entries one serial fill.  The zero fill of a fresh
+result (``np.zeros``: page clearing and memset on the calling thread) then runs in parallel
+with the work, and the rows are written once.
 
 A's coordinates are canonical here (sorted, distinct): the runtime's COO loaders pass a
 canonical operand as it is and sum a non-canonical one on a copy (``runtime/operands.py``);
@@ -32,8 +39,9 @@ the ownership rule needs only that each i-slice is contiguous.
 
 The function has the arguments of the sparsifier's kernel for the same statement after
 ``sparse-tensor-codegen`` (the sizes, A's positions, coordinates, values and specifier, the
-dense factors, the output memref), so the call path packs it unchanged; the output arrives
-zeroed (``np.zeros``, runtime/call.py) as for the sparsifier's kernels.
+dense factors, the output memref), so the call path packs it unchanged; the MTTKRP's and
+TTV's output arrives zeroed (``np.zeros``, runtime/call.py) as for the sparsifier's kernels,
+the TTM's uninitialized (``np.empty``).
 """
 
 from __future__ import annotations
@@ -184,7 +192,7 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     # contiguous rows of C, B and M: blocks of `lanes` columns, then a quarter of that, then
     # one; a transposed factor or result is read column by column
     ttv, ttm = plan.kind == "ttv", plan.kind == "ttm"
-    M3 = f"memref<?x?x?x{T}>"
+    M3, MF = f"memref<?x?x?x{T}>", f"memref<?x{T}>"
     widths = (lanes, max(lanes // 4, 1), 1) if not (plan.b_t or plan.c_t or plan.m_t or ttv) else (1,)
     widths = tuple(dict.fromkeys(widths))
 
@@ -234,7 +242,19 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     def at2(mem: str, row_ix: str, col: str, transposed: bool) -> str:
         return f"{mem}[{col}, {row_ix}]" if transposed else f"{mem}[{row_ix}, {col}]"
 
+    def fill(t: Text, mem: str, a: str, b: str) -> None:
+        """``mem[a:b] = 0`` (a flat view of the TTM result)"""
+        x = t.fresh("z")
+        t(f"scf.for {x} = {a} to {b} step %c1 {{")
+        t(f"  memref.store %zf, {mem}[{x}] : {MF}")
+        t("}")
+
     s.index_constants()
+    if ttm:     # the result as one flat buffer and its (i, j) sizes: the kernel zeroes its empty rows
+        s(f"%zf = {zero(row)}")
+        s(f"%MI = memref.dim %M, %c0 : {M3}")
+        s(f"%MJ = memref.dim %M, %c1 : {M3}")
+        s(f"%Mf = memref.collapse_shape %M [[0, 1, 2]] : {M3} into {MF}")
     s("%c2 = arith.constant 2 : index")
     s("%cm2 = arith.constant -2 : index")
     s("%false = arith.constant false")
@@ -272,6 +292,16 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     s("} do {")
     s("^bb0(%ps: index):")
     iv, jv = crd("%ps", 0), crd("%ps", 1)
+    if ttm:     # zero the rows M[i', j', :] between the previous entry's (i, j) and this one's
+        flat = s.op(f"arith.addi {s.op(f'arith.muli {iv}, %MJ : index')}, {jv} : index")
+        at0 = s.op("arith.cmpi eq, %ps, %c0 : index")
+
+        def after_previous() -> str:
+            pm = s.op("arith.subi %ps, %c1 : index")
+            pf = s.op(f"arith.addi {s.op(f'arith.muli {crd(pm, 0)}, %MJ : index')}, {crd(pm, 1)} : index")
+            return s.op(f"arith.addi {pf}, %c1 : index")
+        gap = if_yield(s, at0, "index", lambda: "%c0", after_previous, name=s.fresh("gap"))
+        fill(s, "%Mf", s.op(f"arith.muli {gap}, %R : index"), s.op(f"arith.muli {flat}, %R : index"))
     p1 = s.op("arith.addi %ps, %c1 : index")
     q = s.fresh("q")
     s(f"{q} = scf.while (%e = {p1}) : (index) -> index {{")
@@ -339,13 +369,11 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
             s(f"  memref.store {out}, {mat} : {MT}")
             s("}")
             continue
-        if ttm:     # M[i,j,rb:rb+w] += t
+        if ttm:     # M[i,j,rb:rb+w] = t (the one segment of (i, j): A is canonical)
             if w > 1:
-                mv = s.op(f"vector.load %M[{iv}, {jv}, {rb}] : {M3}, {ty}")
-                s(f"  vector.store {s.op(arith(row, '+', mv, acc, ty))}, %M[{iv}, {jv}, {rb}] : {M3}, {ty}")
+                s(f"  vector.store {acc}, %M[{iv}, {jv}, {rb}] : {M3}, {ty}")
             else:
-                mv = s.op(f"memref.load %M[{iv}, {jv}, {rb}] : {M3}")
-                s(f"  memref.store {s.op(arith(row, '+', mv, acc))}, %M[{iv}, {jv}, {rb}] : {M3}")
+                s(f"  memref.store {acc}, %M[{iv}, {jv}, {rb}] : {M3}")
             s("}")
             start = end
             continue
@@ -362,6 +390,12 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
             s(f"  memref.store {out}, {at2('%M', iv, rb, plan.m_t)} : {MT}")
         s("}")
         start = end
+    if ttm:     # the last segment: zero the rows after it
+        s(f"scf.if {s.op(f'arith.cmpi eq, {q}, %nnz : index')} {{")
+        nxt = s.op(f"arith.addi {flat}, %c1 : index")
+        rows = s.op("arith.muli %MI, %MJ : index")
+        fill(s, "%Mf", s.op(f"arith.muli {nxt}, %R : index"), s.op(f"arith.muli {rows}, %R : index"))
+        s("}")
     s(f"scf.yield {q} : index")
     s("}")
     s("}")
@@ -375,6 +409,14 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     nnz = t.load_index("%A_pos", "%c1", pw)
     slots = t.op(f"arith.ceildivui {nnz}, {t.op(f'arith.constant {SLOT} : index')} : index")
     R = "%c1" if ttv else f"%size_{plan.r}"
+    if ttm:     # no entries, no slot: one serial fill of the whole result
+        t(f"scf.if {t.op(f'arith.cmpi eq, {nnz}, %c0 : index')} {{")
+        t(f"%zf = {zero(row)}")
+        t("%c2 = arith.constant 2 : index")
+        n0, n1, n2 = (t.op(f"memref.dim %M, %c{d} : {M3}") for d in range(3))
+        size = t.op(f"arith.muli {t.op(f'arith.muli {n0}, {n1} : index')}, {n2} : index")
+        fill(t, t.op(f"memref.collapse_shape %M [[0, 1, 2]] : {M3} into {MF}"), "%c0", size)
+        t("}")
     opening, closing = loop(parallel, "%s", "%c0", slots)
     t(opening)
     t(f"  func.call @mttkrp_slot(%s, {nnz}, {R}, {buf_args}) : (index, index, index, {buf_types}) -> ()")
