@@ -82,7 +82,7 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
                          lambda parallel, module=module, plan=plan:
                          module.emit(plan, fmts, out_format, dtype, parallel, facts), True)
     from ..dialect.kernels import ewise      # any element-wise body over one or two CSR/CSC operands
-    plan = ewise.match(stmt, formats, dtypes, out_format)
+    plan = ewise.match(stmt, formats, dtypes, out_format) if device == "cpu" else None   # (CPU code)
     if plan is not None:
         return Route(plan.kind, tuple(plan.index_order),
                      lambda parallel: ewise.emit(plan, fmts, out_format, dtype, parallel, facts, stmt, dtypes),

@@ -78,6 +78,8 @@ def vanishes(e, absent: frozenset) -> bool | None:
     if e.op == "*":
         return lv or rv
     if e.op == "/":    # 0 / y is 0 only where y is not 0: y must read no absent operand
+        if isinstance(e.right, Const) and e.right.value == 0:
+            return False   # 0 / 0 is NaN (NumPy's dense value): the pattern is not kept
         return lv and not any(a.tensor in absent for a in accesses(e.right))
     for side, other, first in ((e.right, lv, True), (e.left, rv, False)):
         if isinstance(side, Const):          # op(0, c) (or op(c, 0)) decides
