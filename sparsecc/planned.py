@@ -243,7 +243,19 @@ class PlannedKernel(Kernel):
             rf = "dense" if getattr(self.out_format, "is_dense", False) else str(self.out_format)
         itemsize = self.result_dtype([x.dtype for x in values]).itemsize
         return make_plan(stmt, stats, dense, rf, itemsize, self._optimize,
-                         one_nest_handwritten=self._handwritten(values, rf))
+                         one_nest_handwritten=self._handwritten(values, rf), formats=self._storage(values))
+
+    def _storage(self, values) -> dict[str, str]:
+        """Each sparse operand's storage format by name, as its step reads it (``formats=``'s
+        name, else its own: ``operands.default_format``): the fact ``plan/order.py`` reads."""
+        from .runtime.operands import default_format
+        out = {}
+        for name, x in zip(self.stmt.operands, values):
+            spec = self.formats.get(name)
+            fmt = spec.strip().lower() if isinstance(spec, str) else (None if spec is not None else default_format(x)[0])
+            if fmt:
+                out[name] = fmt
+        return out
 
     def _handwritten(self, values, rf: str) -> bool:
         """Whether the one nest for these operands runs through a hand-written kernel

@@ -23,6 +23,7 @@ from typing import Union
 from ..errors import SparseccError
 from ..expr import Access, Binary, Const, Expr, Reduce, Statement, Stored
 from . import cost as _cost
+from . import order as _order
 from .stats import TensorStats, estimate, join_size
 
 #: (monoid, multiply) pairs whose multiply distributes over the monoid (and is associative
@@ -147,8 +148,10 @@ class Search:
     itemsize, and how intermediates may be stored."""
 
     def __init__(self, leaves: list[TensorStats], dense: list[bool], output: tuple[str, ...], itemsize: int,
-                 result_dense: bool, dense_allowed):
+                 result_dense: bool, dense_allowed, layouts=None):
         self.leaves = leaves
+        # each leaf's storage (order.Layout; None: dense or read in order)
+        self.layouts = list(layouts) if layouts is not None else [None] * len(leaves)
         self.leaf_dense = dense
         self.output = tuple(output)
         self.itemsize = itemsize
@@ -225,7 +228,42 @@ class Search:
         kids = [(a.stats, a.dense), (b.stats, b.dense)]
         products = join_size(_cost.stored(a.stats, a.dense), _cost.stored(b.stats, b.dense))
         step = _cost.step_cost(kids, st, dense, products / _cost.dense_rate(kids, indices, dense), self.itemsize)
+        step = step + self.reads([a.tree, b.tree], [a.stats, b.stats], [a.dense, b.dense], indices, products,
+                                 not dense)[0]
         return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
+
+    def reads(self, trees, stats, dense, indices, products, out_sparse: bool = False) -> tuple[_cost.Cost, dict]:
+        """What a step over ``trees`` (leaves: ints) spends reading its sparse leaves against
+        their stored order (``order.extra_ops``), and which leaves it converts first instead
+        (position -> format, where the copy costs less than the walk: ``order.conversion``).
+        Intermediates are stored in the order their reader loops (``plan._build``)."""
+        if all(not isinstance(t, int) or self.layouts[t] is None for t in trees):
+            return _cost.ZERO, {}
+        # a sparse intermediate is stored in the order its reader loops: its levels in order
+        layouts = [self.layouts[t] if isinstance(t, int) else
+                   (None if d else _order.layout_of("csr" if len(s.indices) == 2 else "coo", s.indices))
+                   for t, s, d in zip(trees, stats, dense)]
+        terms = [s.indices for s in stats]
+        skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
+        extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)
+        best = (_cost.Cost(0.0, extra), {})
+        if extra <= 0:
+            return best
+        for k, lay in enumerate(layouts):
+            if lay is None:
+                continue
+            if not isinstance(trees[k], int):
+                continue
+            for fmt, new in _order.conversions(stats[k], lay):
+                trial = list(layouts)
+                trial[k] = new
+                if _order.loop_order(terms, trial, indices, out_sparse) is None:
+                    continue            # levels in a cycle: the emitter would convert again
+                c = _order.conversion_cost(stats[k], self.itemsize) + _cost.Cost(
+                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip))
+                if c.seconds < best[0].seconds:
+                    best = (c, {k: fmt})
+        return best
 
 
 def best_tree(search: Search, members: list[int] | None = None, output: tuple[str, ...] | None = None,
@@ -408,5 +446,9 @@ def single_cost(search: Search, handwritten: bool = False) -> _cost.Cost:
     points = joined.nnz * (1.0 if search.result_dense else _cost.SPARSE_NEST_POINT_OPS)
     if handwritten:
         points /= _cost.HANDWRITTEN_SPEEDUP
+    else:
+        # a sparse leaf read against its stored order is walked for every outer coordinate
+        points += _order.extra_ops([s.indices for s in search.leaves], search.leaves, search.leaf_dense,
+                                   search.layouts, out, joined.nnz, not search.result_dense)
     return _cost.step_cost([(s, d) for s, d in zip(search.leaves, search.leaf_dense)], result,
                            search.result_dense, points, search.itemsize)

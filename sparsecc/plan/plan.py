@@ -35,16 +35,19 @@ import math
 from dataclasses import dataclass
 
 from ..errors import SparseccError
-from ..expr import Access, Binary, Const, Reduce, Statement, Stored, accesses
+from ..expr import Access, Reduce, Statement, accesses
 from . import cost as _cost
 from . import nested as _nested
+from . import order as _order
 from . import path as _path
+from .statements import LETTERS, _name, _text, step_statement
 from .stats import TensorStats, estimate
 
+#: a mask's plan of steps is kept unless it is estimated at over this many times the one nest
+#: (the estimates are rough; a mask keeps its product's pattern small)
+MASK_MARGIN = 4.0
 #: below this share of non-empty rows a sparse matrix intermediate is DCSR
 DCSR_BELOW = 1 / 16
-#: index letters of step statements, in order of first appearance (einsum's own style)
-LETTERS = "ijklmnopqrstuvwxyzabcdefghABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclass(frozen=True)
@@ -166,14 +169,18 @@ def check_optimize(optimize):
 
 
 def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, bool], result_format: str,
-              itemsize: int = 8, optimize=True, one_nest_handwritten: bool = False) -> Plan:
+              itemsize: int = 8, optimize=True, one_nest_handwritten: bool = False,
+              formats: dict[str, str] | None = None) -> Plan:
     """The plan of ``stmt`` for operands of statistics ``stats`` (by operand name, indices
     in any names), stored dense or not (``dense``), its result stored as
     ``result_format`` (``"dense"`` or a sparse format's name), values of ``itemsize``
     bytes; ``optimize``: True (the best plan), ``"optimal"`` (exhaustive search),
     ``"greedy"``, or a path in numpy's format.  ``one_nest_handwritten``: the one loop nest
     runs through a hand-written kernel (the caller knows: plan/ asks no runtime), so its cost
-    per point is :data:`cost.HANDWRITTEN_SPEEDUP` times lower."""
+    per point is :data:`cost.HANDWRITTEN_SPEEDUP` times lower.  ``formats``: each sparse
+    operand's storage format by name (``"csr"``, ``"csc"``, ``"coo"``, ...; absent: read in
+    order), so that a step reading one against its stored order costs what it walks, or
+    converts it first (``order.py``)."""
     optimize = check_optimize(optimize)
     why: list[str] = []
     prod = _path.product_form(stmt, why)
@@ -201,7 +208,10 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     def dense_allowed(st: TensorStats) -> bool:
         return st.full or (prod.monoid == "sum" and result_dense)
 
-    search = _path.Search(leaves, leaf_dense, prod.indices, itemsize, result_dense, dense_allowed)
+    formats = formats or {}
+    layouts = [None if dense[f.tensor] else _order.layout_of(formats.get(f.tensor, ""), f.indices)
+               for f in prod.factors]
+    search = _path.Search(leaves, leaf_dense, prod.indices, itemsize, result_dense, dense_allowed, layouts)
     n = len(leaves)
     single = _path.single_cost(search, one_nest_handwritten)
     if path is not None:
@@ -217,10 +227,33 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
         z, rest, node = mask
         reason = (f"masked by {_name(prod.factors[z].tensor)}: it stores {leaves[z].nnz:,.0f} entries, "
                   f"the product it masks ~{node.stats.nnz:,.0f}")
+        # the mask's plan against the rules below, only where the one nest's loop order is
+        # known (levels in no cycle: its estimate counts its walks; a cyclic nest visits more
+        # points than its full join): its one nest may walk an operand against its order, and
+        # with three or more other factors its product's inner steps run unmasked (a dense
+        # intermediate of the mask's shape can cost far more than the one nest)
+        known = any(lay is not None for lay in layouts) and _order.loop_order(
+            [f.indices for f in prod.factors], layouts, prod.indices, not result_dense) is not None
         if len(rest) == 2:
+            if known:
+                best = _path.best_tree(search, greedy=greedy)
+                if MASK_MARGIN * best.cost.seconds < single.seconds:
+                    return _build(stmt, prod, search, best.tree, result_format, itemsize,
+                                  f"cheapest order (the masked one nest est. {single.seconds * 1e3:.3g} ms)", single)
             return _one_nest(stmt, prod, search, result_format, itemsize, "one loop nest: " + reason, single, n)
         tree = (z,) + tuple(node.tree)
-        return _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
+        masked = _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
+        if not known or masked.seconds <= MASK_MARGIN * single.seconds:
+            return masked
+        best = _path.best_tree(search, greedy=greedy)
+        if best.cost.seconds < masked.seconds and best.cost.seconds < single.seconds:
+            how = "greedy" if (greedy or (greedy is None and n > _path.EXHAUSTIVE_UP_TO)) else "exhaustive"
+            return _build(stmt, prod, search, best.tree, result_format, itemsize,
+                          f"cheapest order ({how} search over {n} factors; the mask's steps est. "
+                          f"{masked.seconds * 1e3:.3g} ms)", single)
+        return _one_nest(stmt, prod, search, result_format, itemsize,
+                         f"one loop nest: est. {single.seconds * 1e3:.3g} ms, the mask's steps est. "
+                         f"{masked.seconds * 1e3:.3g} ms", single, n)
     # 2. the order
     best = _path.best_tree(search, greedy=greedy)
     # 3. the one-nest rule
@@ -266,10 +299,6 @@ def _nested_reduce(e, top: bool) -> bool:
 
 def _n_accesses(stmt: Statement) -> int:
     return len([a for a in accesses(stmt.expr) if a.indices])
-
-
-def _name(tensor: str) -> str:
-    return f"T{tensor[1:]}" if tensor.startswith("#") else tensor
 
 
 def _mask(search: _path.Search, prod: _path.Product, greedy):
@@ -466,10 +495,20 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             if fmt in ("csr", "dcsr") and id(node) in transposed:
                 fmt = "csc"
         inputs, terms, kid_stats = [], [], []
-        for c in kids:
+        reads, converts = _conversions(search, kids, idx, fmt != "dense", [
+            (search.leaves[c], search.leaf_dense[c]) if isinstance(c, int)
+            else (info[id(c)][1], steps_by_name[names[id(c)]].format == "dense") for c in kids])
+        for pos, c in enumerate(kids):
             if isinstance(c, int):
                 f = prod.factors[c]
-                inputs.append(f.tensor)
+                if pos in converts:
+                    inputs.append(_convert_step(prod, f, search.leaves[c], converts[pos], steps, steps_by_name,
+                                                itemsize))
+                    copy = _order.conversion_cost(search.leaves[c], itemsize)
+                    total = total + copy
+                    reads = reads + _cost.Cost(-copy.bytes, -copy.ops)
+                else:
+                    inputs.append(f.tensor)
                 terms.append(f.indices)
                 kid_stats.append((search.leaves[c], search.leaf_dense[c]))
             else:
@@ -484,6 +523,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 inputs.append(s.tensor)
         dense = fmt == "dense"
         c = step_of(node, dense, {id(k): d for k, (_, d) in zip(kids, kid_stats)})
+        c = c + reads
         total = total + c
         out_name = stmt.output if root else f"t{len(steps)}"
         names[id(node)] = out_name
@@ -497,6 +537,38 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
     return Plan(stmt, tuple(steps), _path.path_of(tree, n), reason, total.seconds, single.seconds)
 
 
+def _products(kids_stats) -> float:
+    joined = _cost.stored(*kids_stats[0])
+    for other in kids_stats[1:]:
+        joined = estimate(joined, _cost.stored(*other), tuple(dict.fromkeys(joined.indices + other[0].indices)))
+    return joined.nnz
+
+
+def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tuple[_cost.Cost, dict]:
+    """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
+    leaves, and which it converts first into the order it reads them (positions in ``kids``:
+    ``Search.reads``; the cost includes the copies)."""
+    if len(kids) != 2 or not any(isinstance(c, int) and search.layouts[c] is not None for c in kids):
+        return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
+    return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), _products(pairs),
+                        out_sparse)
+
+
+def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, steps: list, steps_by_name: dict,
+                  itemsize: int) -> str:
+    """Append the step copying leaf ``f`` into ``fmt`` (the order its reader loops): a
+    compiled copy (``t1[c,d] = T3[c,d]``), the same values and pattern; its name."""
+    letters = tuple(LETTERS[k] for k in range(len(f.indices)))
+    statement = Statement("out", letters, Access("#0", letters), ("#0",))
+    name = f"t{len(steps)}"
+    text = f"{name}[{','.join(f.indices)}] = {_name(f.tensor)}[{','.join(f.indices)}]"
+    step = Step(statement, (f.tensor,), name, tuple(f.indices), fmt, float(st.nnz),
+                _order.conversion_cost(st, itemsize).seconds, text, tuple(st.sizes))
+    steps.append(step)
+    steps_by_name[name] = step
+    return name
+
+
 def _format(st: TensorStats, dense_allowed, itemsize: int) -> str:
     """The format an intermediate is stored in (module docstring)."""
     if not st.indices:
@@ -507,63 +579,3 @@ def _format(st: TensorStats, dense_allowed, itemsize: int) -> str:
         rows = st.nonempty_slices(st.indices[0])
         return "dcsr" if st.sizes[0] and rows < DCSR_BELOW * st.sizes[0] else "csr"
     return "coo"
-
-
-def step_statement(prod: _path.Product, terms: list[tuple[str, ...]], out: tuple[str, ...], scalars=(),
-                   original: Statement | None = None) -> Statement:
-    """The statement of one step: ``terms`` (each factor's indices) combined by the
-    product's multiply and reduced by its monoid onto ``out``, in einsum's own form (what
-    ``parse_einsum`` and ``semiring.apply`` make of the same subscripts, with index letters
-    in order of first appearance), so a step reuses the kernels of the same two-operand
-    einsum; ``scalars`` (0-d accesses, constants) join the product (the last step)."""
-    letter: dict[str, str] = {}
-    for t in list(terms) + [out]:
-        for i in t:
-            if i not in letter:
-                if len(letter) >= len(LETTERS):
-                    raise SparseccError("a step with more than 52 indices")
-                letter[i] = LETTERS[len(letter)]
-    accesses_ = [Access(f"#{k}", tuple(letter[i] for i in t)) for k, t in enumerate(terms)]
-    k = len(terms)
-    extra = []
-    for s in scalars:
-        if isinstance(s, Access):
-            extra.append(Access(f"#{k}", ()))
-            k += 1
-    consts = [s for s in scalars if isinstance(s, Const)]
-    factors = accesses_ + extra
-    mul = prod.mul
-    body = factors[0]
-    for f in factors[1:]:
-        body = Binary(mul, body, f)
-    for c in consts:
-        body = Binary("*", c, body)
-    out_l = tuple(letter[i] for i in out)
-    seen = dict.fromkeys(i for t in terms for i in t)
-    red = tuple(letter[i] for i in seen if i not in out)
-    if prod.monoid == "sum" and mul == "*":
-        expr = Reduce("sum", red, body) if red else body
-    else:
-        expr = Reduce(prod.monoid, red, body if red else Stored(body), prod.identity)
-    return Statement("out", out_l, expr, tuple(f"#{j}" for j in range(k)))
-
-
-_SYMBOL = {"*": " * ", "+": " + "}
-
-
-def _text(prod: _path.Product, out: str, idx, inputs, terms, scalars) -> str:
-    op = _SYMBOL.get(prod.mul, f" {prod.mul} ")
-    parts = []
-    for s in scalars:
-        if isinstance(s, Const):
-            parts.append(repr(s.value))
-    for name, t in zip(inputs, terms):
-        parts.append(f"{_name(name)}[{','.join(t)}]")
-    for s in scalars:
-        if isinstance(s, Access):
-            parts.append(_name(s.tensor))
-    body = op.join(parts)
-    red = [i for i in dict.fromkeys(i for t in terms for i in t) if i not in idx]
-    rhs = f"{prod.monoid}[{','.join(red)}]({body})" if red else body
-    lhs = f"{out}[{','.join(idx)}]" if idx else out
-    return f"{lhs} = {rhs}"

@@ -1,0 +1,106 @@
+"""The planner's loop orders against stored orders (sparsecc/plan/order.py): walks of a
+sparse operand read out of order are costed, a copy into the order a step reads is inserted
+where it costs less, and a mask plan costlier than the one nest loses to it."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsecc as sc
+from sparsecc.parse import parse_einsum
+from sparsecc.plan import make_plan, of_operand
+from sparsecc.plan import order as O
+
+
+def _plan(expr, *ops, formats=True):
+    stmt = parse_einsum(expr, len(ops))
+    st = {n: of_operand(v) for n, v in zip(stmt.operands, ops)}
+    dense = {n: not sp.issparse(v) for n, v in zip(stmt.operands, ops)}
+    fmts = {n: v.format for n, v in zip(stmt.operands, ops) if sp.issparse(v)} if formats else None
+    return make_plan(stmt, st, dense, "dense", formats=fmts)
+
+
+def _sparse(n, fmt, seed, per_row=4):
+    return sp.random_array((n, n), density=per_row / n, format=fmt, random_state=seed)
+
+
+def _dense(x):
+    return x.toarray() if sp.issparse(x) else x
+
+
+def test_loop_order_respects_levels_parallel_first():
+    csr = [O.layout_of("csr", t) for t in (("a", "b"), ("c", "b"), ("c", "d"))]
+    assert O.loop_order([("a", "b"), ("c", "b"), ("c", "d")], csr, ("a",)) == ("a", "c", "b", "d")
+    csc = O.layout_of("csc", ("c", "b"))
+    assert csc.levels == ("b", "c")
+    assert O.loop_order([("a", "b"), ("c", "b")], [csr[0], csc], ("a",)) == ("a", "b", "c")
+    # conflicting level orders: no order (the emitter converts an operand itself)
+    assert O.loop_order([("a", "b"), ("b", "a")], [csr[0], O.layout_of("csr", ("b", "a"))], ()) is None
+
+
+def test_one_nest_pays_for_a_csr_operand_read_against_its_order():
+    n = 2000
+    A, B, C = (_sparse(n, "csr", s) for s in (1, 2, 3))
+    aware = _plan("ab,cb,cd->a", A, B, C)
+    blind = _plan("ab,cb,cd->a", A, B, C, formats=False)
+    # loops a, c, b, d: B's rows are walked for every a (~n * nnz(B) entries)
+    assert aware.single_seconds > 100 * blind.single_seconds
+    assert not aware.single
+
+
+def test_an_in_order_product_is_no_walk():
+    n = 2000
+    B, C = _sparse(n, "csr", 2), _sparse(n, "csr", 3)
+    stats = [of_operand(B, ("c", "b")), of_operand(C, ("c", "d"))]
+    lays = [O.layout_of("csr", s.indices) for s in stats]
+    products = 16.0 * n       # each row c: 4 x 4 pairs
+    # loops c, b, d: C's row c is walked once per b of B's row c - each entry a product
+    assert O.extra_ops([s.indices for s in stats], stats, [False, False], lays, ("b",), products) < 0.1 * products
+    # A[a,b] * B[c,b] summed onto a: loops a, c, b - every row c of B walked for each a
+    A = _sparse(n, "csr", 1)
+    stats = [of_operand(A, ("a", "b")), stats[0]]
+    lays = [O.layout_of("csr", s.indices) for s in stats]
+    walked = O.extra_ops([s.indices for s in stats], stats, [False, False], lays, ("a",), products)
+    assert walked > n * B.nnz / 2
+
+
+def test_an_operand_read_out_of_order_is_converted():
+    n = 2000
+    A, C, B = _sparse(n, "csr", 1), _sparse(n, "coo", 3), _sparse(n, "csr", 2)
+    plan = _plan("bc,cd,ab->a", A, C, B)
+    copies = [s for s in plan.steps if s.subscripts == "ij->ij"]
+    assert len(copies) == 1 and copies[0].format in ("csr", "csc") and copies[0].inputs[0] in ("#0", "#1")
+    assert plan.seconds < plan.single_seconds / 10
+    blind = _plan("bc,cd,ab->a", A, C, B, formats=False)
+    assert not any(s.subscripts == "ij->ij" for s in blind.steps)
+    again = _plan("bc,cd,ab->a", A, C, B)
+    assert again == plan                                  # deterministic
+
+
+@pytest.fixture(scope="module")
+def converted():
+    n = 400
+    ops = (_sparse(n, "csr", 1), _sparse(n, "coo", 3), _sparse(n, "csr", 2))
+    k = sc.compile("bc,cd,ab->a", "csr", "coo", "csr")
+    return k, ops
+
+
+def test_converted_plan_matches_numpy(converted):
+    k, ops = converted
+    plan = k.plan(*ops)
+    assert any(s.subscripts == "ij->ij" for s in plan.steps), str(plan)
+    got = k(*ops)
+    want = np.einsum("bc,cd,ab->a", *[_dense(x) for x in ops])
+    np.testing.assert_allclose(_dense(got), want, rtol=1e-12, atol=1e-12)
+    assert k.last_plan.steps[0].subscripts == "ij->ij"
+
+
+def test_mask_plan_costlier_than_the_one_nest_loses():
+    n = 3000
+    T = _sparse(n, "coo", 0)
+    rng = np.random.default_rng(0)
+    X, v, Y = rng.random((n, 8)), np.ones(n), rng.random((n, 8))
+    plan = _plan("ab,ac,b,bc->b", T, X, v, Y)
+    # the mask's steps build a dense n x n product first; the one nest or plain steps cost less
+    assert plan.seconds <= plan.single_seconds
+    assert all(s.entries is None or s.entries < n * n / 2 for s in plan.steps)
