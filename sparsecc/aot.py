@@ -142,12 +142,14 @@ def _refuse_nested(kname, k, derivative: bool) -> None:
     if not isinstance(k, Kernel):
         return                                  # the builder says what is wrong with it
     stmt = k.stmt
+    from .expr import accesses
+    ranks = {a.tensor: len(a.indices) for a in accesses(stmt.expr)}
     dense = {}
     for op in stmt.operands:
         spec = k.formats.get(op)
         if spec is None:
             return                              # the builder's error: an operand without a format
-        dense[op] = resolve(spec, k._ranks[op], f"kernel {kname!r} operand {op!r}").is_dense
+        dense[op] = resolve(spec, ranks[op], f"kernel {kname!r} operand {op!r}").is_dense
     spec = k.out_format if k.out_format is not None else \
         default_result_format(stmt, frozenset(n for n, d in dense.items() if not d))
     if not isinstance(spec, str):
