@@ -117,6 +117,22 @@ def team_size(t: Text) -> str:
     return t.op(f"arith.maxsi {a4}, %c1 : index")
 
 
+def marker_workspaces(t: Text, n: str, T: str, parallel: bool, values: str) -> str:
+    """``%mark`` (index, every entry -1) and ``%<values>`` (``T``): ``n`` entries a thread,
+    for a whole team when ``parallel`` (:func:`team_size`), the dense marker and accumulator
+    of Gustavson-style row loops (SpGEMM, the masked sum).  Needs ``%cm1``; returns the
+    number of threads they are sized for."""
+    nt = team_size(t) if parallel else "%c1"
+    size = t.op(f"arith.muli {nt}, {n} : index")
+    size1 = t.op(f"arith.maxui {size}, %c1 : index")
+    t(f"%mark = memref.alloc({size1}) : memref<?xindex>")
+    t(f"%{values} = memref.alloc({size1}) : memref<?x{T}>")
+    t(f"scf.for %x = %c0 to {size} step %c1 {{")
+    t("  memref.store %cm1, %mark[%x] : memref<?xindex>")
+    t("}")
+    return nt
+
+
 def set_flag(one32: str, flag: str) -> str:
     """The store that sets the flag (atomic, monotonic: a parallel loop's threads may all
     store it, as ``passes/guards.py`` does)."""

@@ -24,7 +24,7 @@ from ... import dtypes as dt
 from ...expr import Reduce, Statement
 from ...formats import Format
 from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
-from .emit import OMP_DECLS, Text, arith, kernel_head, loop, module, operand_params, team_size, zero
+from .emit import OMP_DECLS, Text, arith, kernel_head, loop, marker_workspaces, module, operand_params, zero
 from .recognize import PRODUCT_KINDS, RolePlan, factors, is_csr, one_kind, plain_sum
 
 
@@ -128,17 +128,7 @@ def emit(plan: Plan, formats: dict, out: Format | None, dtype: str, parallel: bo
     t.index_constants()
     t("%cm1 = arith.constant -1 : index")
     t(f"%zero = {zero(row)}")
-    if parallel:    # one marker per thread (as dialect/kernels/spgemm.py sizes its workspaces)
-        nt = team_size(t)
-    else:
-        nt = "%c1"
-    size = t.op(f"arith.muli {nt}, {n} : index")
-    size1 = t.op(f"arith.maxui {size}, %c1 : index")
-    t(f"%mark = memref.alloc({size1}) : memref<?xindex>")
-    t(f"%cval = memref.alloc({size1}) : memref<?x{T}>")
-    t(f"scf.for %x = %c0 to {size} step %c1 {{")
-    t("  memref.store %cm1, %mark[%x] : memref<?xindex>")
-    t("}")
+    nt = marker_workspaces(t, n, T, parallel, "cval")   # per thread: a thread past them allocated its own per row
     m1 = t.op(f"arith.maxui {m}, %c1 : index")
     t(f"%rows = memref.alloc({m1}) : memref<?x{T}>")
     args = "%A_pos, %A_crd, %A_val, %B_pos, %B_crd, %B_val, %C_pos, %C_crd, %C_val"

@@ -35,7 +35,7 @@ from ...formats import Format
 from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
 from .emit import (OMP_DECLS, Text, alloc_entries, arith, csr_results, function, huge_page_decls, if_yield, ity,
                    kernel_head, loop, module, operand_params, prefix_sum, return_csr, store_maybe_nontemporal,
-                   team_size)
+                   marker_workspaces)
 from .recognize import RolePlan, csr_product, is_compressed
 
 #: a row of at most this many entries is put in order by insertion sort
@@ -457,17 +457,7 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t("%cm1 = arith.constant -1 : index")
     m, n = f"%size_{plan.i}", f"%size_{plan.j}"
     m1 = t.op(f"arith.addi {m}, %c1 : index")
-    if parallel:    # one marker and accumulator per thread
-        nt = team_size(t)      # per-thread workspaces: a thread past them allocated its own for every row
-    else:
-        nt = "%c1"
-    size = t.op(f"arith.muli {nt}, {n} : index")
-    size1 = t.op(f"arith.maxui {size}, %c1 : index")
-    t(f"%mark = memref.alloc({size1}) : memref<?xindex>")
-    t(f"%acc = memref.alloc({size1}) : memref<?x{T}>")
-    t(f"scf.for %x = %c0 to {size} step %c1 {{")
-    t("  memref.store %cm1, %mark[%x] : memref<?xindex>")
-    t("}")
+    nt = marker_workspaces(t, n, T, parallel, "acc")   # per thread: a thread past them allocated its own per row
     c64 = t.op("arith.constant 64 : index")
     t("%zero64 = arith.constant 0 : i64")
     words = t.op(f"arith.ceildivui {n}, {c64} : index")
