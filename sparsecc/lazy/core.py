@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import OperandError, ShapeError, SparseccError
+from ..errors import DTypeError, OperandError, ShapeError, SparseccError
 from ..expr import BINARY, UNARY, Const, Unary, fold
 from ..runtime.pydata import is_pydata, to_scipy
 
@@ -93,6 +93,17 @@ class LazyArray:
     def __rtruediv__(self, o): return _binary("/", o, self)
     def __pow__(self, o): return _binary("pow", self, o)
     def __rpow__(self, o): return _binary("pow", o, self)
+    def __floordiv__(self, o): return _binary("//", self, o)
+    def __rfloordiv__(self, o): return _binary("//", o, self)
+    def __mod__(self, o): return _binary("%", self, o)
+    def __rmod__(self, o): return _binary("%", o, self)
+    def __and__(self, o): return logical_and(self, o, "&")
+    def __rand__(self, o): return logical_and(o, self, "&")
+    def __or__(self, o): return logical_or(self, o, "|")
+    def __ror__(self, o): return logical_or(o, self, "|")
+    def __xor__(self, o): return logical_xor(self, o, "^")
+    def __rxor__(self, o): return logical_xor(o, self, "^")
+    def __invert__(self): return logical_not(self, "~")
     def __lt__(self, o): return _binary("<", self, o)
     def __le__(self, o): return _binary("<=", self, o)
     def __gt__(self, o): return _binary(">", self, o)
@@ -264,6 +275,36 @@ def where(cond, x1, x2) -> LazyArray:
                      builtins.any(isinstance(k, LazyArray) and k.sparse for k in kids))
 
 
+def _bool_only(spelled, *xs):
+    """``& | ^ ~`` only on bool, where they are NumPy's logical operators (its bitwise ones on
+    integers are not in the DSL)."""
+    if spelled:
+        for x in xs:
+            dt = (x.lazy() if _indexed(x) else x if isinstance(x, LazyArray) else np.asarray(x)).dtype
+            if dt != np.bool_:
+                raise DTypeError(f"{_where_called(3)}: '{spelled}' on {dt} operands is NumPy's bitwise "
+                                 f"operator, which sparsecc does not compile; it works on bool arrays (the "
+                                 f"logical one), or use sc.lazy.logical_and/or/xor/not")
+
+
+def _logical(op: str, a, b, spelled) -> LazyArray:
+    _bool_only(spelled, a, b)
+    return _binary(op, a, b)
+
+
+def logical_and(x1, x2, _spelled=None): return _logical("and", x1, x2, _spelled)
+def logical_or(x1, x2, _spelled=None): return _logical("or", x1, x2, _spelled)
+def logical_xor(x1, x2, _spelled=None): return _logical("xor", x1, x2, _spelled)
+
+
+def logical_not(x, _spelled=None) -> LazyArray:
+    """``numpy.logical_not``: true where ``x`` is zero (``~x`` on bool)."""
+    _bool_only(_spelled, x)
+    return _binary("==", x, False if getattr(x, "dtype", None) == np.bool_ else 0)
+
+
+def floor_divide(x1, x2): return _binary("//", x1, x2)
+def remainder(x1, x2): return _binary("%", x1, x2)
 def maximum(x1, x2): return _binary("max", x1, x2)
 def minimum(x1, x2): return _binary("min", x1, x2)
 def pow(x1, x2): return _binary("pow", x1, x2)      # noqa: A001
@@ -417,15 +458,23 @@ def sum(x, axis=None, keepdims=False, over=None) -> LazyArray:      # noqa: A001
             raise SparseccError(f"{_where_called()}: sum(..., over=) sums an indexed expression (A[i, j] * x[j]) "
                                 f"over index objects; axis=/keepdims= are for arrays")
         return _indices().reduce_sum(x, over)
-    x = lazy(x)
+    x = _accumulated(lazy(x))
     axes = _axes(x, axis)
     labels = tuple(_LETTERS[k] for k in range(x.ndim))
     out = tuple(c for k, c in enumerate(labels) if k not in axes)
     return _keep(_contract([labels], out, [x], "sum"), x, axes, keepdims)
 
 
+def _accumulated(x: LazyArray) -> LazyArray:
+    """NumPy's sum and prod of bool or of integers narrower than the platform's accumulate in
+    int64 (``np.sum`` of a bool array counts)."""
+    if x.dtype.kind in "bi" and x.dtype.itemsize < 8:
+        return _structure().astype(x, np.int64)
+    return x
+
+
 def _monoid(op: str, x, axis, keepdims) -> LazyArray:
-    x = lazy(x)
+    x = _accumulated(lazy(x)) if op == "times" else lazy(x)
     axes = _axes(x, axis)
     if op != "times" and builtins.any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"{_where_called(3)}: {op} of an empty axis has no identity (NumPy refuses it too)")
@@ -488,6 +537,8 @@ _UFUNCS = {"add": lambda a, b: _binary("+", a, b), "subtract": lambda a, b: _bin
            "equal": lambda a, b: _binary("==", a, b), "not_equal": lambda a, b: _binary("!=", a, b),
            "matmul": lambda a, b: matmul(a, b), "negative": negative, "absolute": abs, "exp": exp, "log": log,
            "sqrt": sqrt, "sin": sin, "cos": cos, "tan": tan, "tanh": tanh, "sinh": sinh, "expm1": expm1,
-           "log1p": log1p, "ceil": ceil, "floor": floor, "arcsin": arcsin, "arctan": arctan, "square": square}
+           "log1p": log1p, "ceil": ceil, "floor": floor, "arcsin": arcsin, "arctan": arctan, "square": square,
+           "floor_divide": floor_divide, "remainder": remainder, "logical_and": logical_and,
+           "logical_or": logical_or, "logical_xor": logical_xor, "logical_not": logical_not}
 
 

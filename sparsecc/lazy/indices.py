@@ -15,7 +15,8 @@ import builtins
 from dataclasses import dataclass
 
 from ..errors import ShapeError, SparseccError
-from .core import _SCALARS, LazyArray, _binary, _contract, _unary, expand_dims, lazy, permute_dims, where
+from .core import (_SCALARS, LazyArray, _binary, _contract, _unary, expand_dims, lazy, logical_and, logical_not,
+                   logical_or, logical_xor, permute_dims, where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,18 @@ class Indexed:
     def __truediv__(self, o): return apply_binary("/", self, o)
     def __rtruediv__(self, o): return apply_binary("/", o, self)
     def __pow__(self, o): return apply_binary("pow", self, o)
+    def __rpow__(self, o): return apply_binary("pow", o, self)
+    def __floordiv__(self, o): return apply_binary("//", self, o)
+    def __rfloordiv__(self, o): return apply_binary("//", o, self)
+    def __mod__(self, o): return apply_binary("%", self, o)
+    def __rmod__(self, o): return apply_binary("%", o, self)
+    def __and__(self, o): return logical_and(self, o, "&")
+    def __rand__(self, o): return logical_and(o, self, "&")
+    def __or__(self, o): return logical_or(self, o, "|")
+    def __ror__(self, o): return logical_or(o, self, "|")
+    def __xor__(self, o): return logical_xor(self, o, "^")
+    def __rxor__(self, o): return logical_xor(o, self, "^")
+    def __invert__(self): return logical_not(self, "~")
     def __lt__(self, o): return apply_binary("<", self, o)
     def __le__(self, o): return apply_binary("<=", self, o)
     def __gt__(self, o): return apply_binary(">", self, o)

@@ -132,11 +132,11 @@ class _Lowering:
             return Unary(n.op, self._expr(n.kids[0], idx, fresh))
         if k in ("binary", "where"):
             kids = [self._bcast(c, idx, n.shape, fresh) for c in n.kids]
-            if k == "binary" and n.op == "/" and isinstance(n.kids[1], LazyArray) and n.kids[1].ndim:
+            if k == "binary" and n.op in ("/", "//", "%") and isinstance(n.kids[1], LazyArray) and n.kids[1].ndim:
                 # index notation divides by scalars only; stored(...) over dense operands is
                 # NumPy's division at every entry (a sparse operand: its dense temporary)
                 kids = [Dense(e) if isinstance(c, LazyArray) and c.sparse else e for c, e in zip(n.kids, kids)]
-                return Stored(Binary("/", *kids))
+                return Stored(Binary(n.op, *kids))
             return Binary(n.op, *kids) if k == "binary" else Where(*kids)
         if k == "perm":
             inner = [None] * n.ndim
