@@ -201,6 +201,25 @@ class Temporaries:
         self.node_dtypes[acc] = self.node_dtypes[a]
         return acc
 
+    def sparse_broadcast_copy(self, a: Access, idx) -> Access:
+        """A sparse temporary ``T[idx] = a`` for sparse operand access ``a`` (``idx`` includes
+        its indices): ``a``'s stored entries repeated along the indices it does not carry, in
+        ``idx`` order, every level compressed (freed before returning)."""
+        f = self.formats[a.tensor]
+        fmt = Format(("compressed",) * len(idx), tuple(range(len(idx))), None, f.pos_width, f.crd_width)
+        name = self.fresh("sbc")
+        alias = f"#encr{self.n}"
+        self.aliases.append(f"{alias} = {fmt.encoding()}")
+        ttype = tensor_type(len(idx), dt.lookup(self.dtypes[a.tensor]), alias)
+        self.lines.append(f"{name}_e = tensor.empty({', '.join(f'%size_{i}' for i in idx)}) : {ttype}")
+        res = self.generic(f"{name}_e", ttype, idx, (), a, self.node_dtypes[a], fill=False)
+        self.deallocs.append(f"bufferization.dealloc_tensor {res} : {ttype}")
+        acc = Access(name, idx)
+        self.ssa[name], self.types[name], self.encs[name] = res, ttype, alias
+        self.formats[name], self.dtypes[name] = fmt, self.dtypes[a.tensor]
+        self.node_dtypes[acc] = self.node_dtypes[a]
+        return acc
+
     def kept_first_copy(self, a: Access, out_idx) -> Access:
         """A dense temporary holding dense operand access ``a`` with its kept indices first
         (a transposing copy), for :meth:`reductions_inside`."""

@@ -90,6 +90,17 @@ class Workarounds:
             return None
         return [a.indices[d] for d in f.order]
 
+    def _compressed_indices(self, e: Expr) -> set:
+        """The indices of ``e``'s sparse operands that some non-dense level loops over (all
+        of an operand's indices where its levels are not a plain permutation)."""
+        out = set()
+        for a in accesses(e):
+            if a.tensor in self.encs:
+                seq, f = self._level_indices(a), self.formats[a.tensor]
+                out |= set(a.indices) if seq is None else \
+                    {i for l, i in enumerate(seq) if f.level_base(l) != "dense"}
+        return out
+
     def reductions_inside(self, ins, out_idx, red_idx) -> dict:
         """Make every reduced loop of a custom reduction run inside the output's loops.
 
@@ -160,7 +171,17 @@ class Workarounds:
                     if not sparse_idx or (kills and not nonzero) or (node.op == "/" and side is node.left):
                         continue      # an intersection, or x / y (the sparsifier keeps x's pattern)
                     if any(a.tensor in self.encs for a in accesses(other)):
-                        continue      # the other side's presence follows its own sparse operand
+                        # the other side's presence follows its own sparse operand; one that
+                        # lacks an index of a compressed level on this side (``A[i,j] + a[i]``
+                        # over CSR, ``a[i] + b[j]``; ``A[i,j] + a[j]`` lowers) crashes the same
+                        # way: a sparse copy repeated over this side's sparse indices
+                        compressed = self._compressed_indices(side)
+                        for a in accesses(other):
+                            if a.tensor in self.encs and a not in swaps and compressed - set(a.indices) \
+                                    and self._level_indices(a) is not None:
+                                want = set(a.indices) | sparse_idx
+                                swaps[a] = self.sparse_broadcast_copy(a, tuple(i for i in dims if i in want))
+                        continue
                     dense_other = [a for a in accesses(other) if a.tensor not in self.encs and a.indices]
                     for a in accesses(side) if dense_other else ():
                         if a.tensor in self.encs and self.formats[a.tensor].block is not None:
