@@ -26,6 +26,7 @@ def _mat(m, n):
 
 
 AD = _mat(3, 4)
+SQ = _mat(4, 4)
 (a, AV), (b, BV), (c, CV) = _vec(3), _vec(4), _vec(5)
 
 # statement, operands, NumPy value, NumPy pattern (None: the result is dense)
@@ -39,22 +40,26 @@ CASES = {
     "min(a,b)": ("C[i,j] = min(a[i], b[j])", dict(a=a, b=b), np.minimum(AV[:, None], BV),
                  (AV != 0)[:, None] | (BV != 0)),
     "A+c[k]": ("C[i,j,k] = A[i,j] + c[k]", dict(c=c), AD[:, :, None] + CV, (AD != 0)[:, :, None] | (CV != 0)),
+    "A[i,j]+A[j,k]": ("C[i,j,k] = A[i,j] + A[j,k]", {}, None, None),
     "rowsum(A+b)": ("y[i] = sum[j](A[i,j] + b[j])", dict(b=b), (AD + BV).sum(1), None),
 }
 DEFAULT = {("A+a[i]", "csr"), ("a+b", "csr"), ("A+c[k]", "coo"), ("max(A,a[i])", "csc"), ("A-b[j]", "dcsr"),
-           ("min(a,b)", "csr")}
+           ("min(a,b)", "csr"), ("A[i,j]+A[j,k]", "csr")}
 PARAMS = [pytest.param(n, f, marks=() if (n, f) in DEFAULT else pytest.mark.slow, id=f"{n}-{f}")
           for n in CASES for f in ("csr", "csc", "coo", "dcsr") if "A" in CASES[n][0] or f == "csr"]
 
 
-def _operand_A(fmt):
-    return sp.coo_array(AD) if fmt == "coo" else sp.csc_array(AD) if fmt == "csc" else sp.csr_array(AD)
+def _operand_A(fmt, d=AD):
+    return sp.coo_array(d) if fmt == "coo" else sp.csc_array(d) if fmt == "csc" else sp.csr_array(d)
 
 
 @pytest.mark.parametrize("name,fmt", PARAMS)
 def test_union_of_sparse_operands_over_other_indices(name, fmt):
     stmt, ops, want, pattern = CASES[name]
-    if "A[" in stmt:
+    if name == "A[i,j]+A[j,k]":                  # one operand read twice: a square one
+        ops, want = dict(A=_operand_A(fmt, SQ)), SQ[:, :, None] + SQ[None, :, :]
+        pattern = (SQ != 0)[:, :, None] | (SQ != 0)[None, :, :]
+    elif "A[" in stmt:
         ops = dict(ops, A=_operand_A(fmt))
     formats = {k: (fmt if k == "A" else "coo") for k in ops}
     got = sc.compile(stmt, **formats)(**ops)

@@ -166,11 +166,14 @@ class _Function(Workarounds, Temporaries):
             self.lines.append(f"{filled} = linalg.fill ins({z} : {zt}) outs({init} : {init_type}) -> {init_type}")
         ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         sparse_loop = any(a.tensor in self.encs for a in ins)
-        if sparse_loop:
+        for _ in range(3 if sparse_loop else 0):
+            # again after a sparse copy: it stores more indices than the operand it replaces
+            # (``A[i,j] + A[j,k]``: each side is copied over i, j, k in turn)
             swaps = self.broadcasts(body_expr, dims, stored=red_op != "sum")
-            if swaps:
-                body_expr = replace_accesses(body_expr, swaps, self.node_dtypes)
-                ins = list(dict.fromkeys(a for a in accesses(body_expr)))
+            if not swaps:
+                break
+            body_expr = replace_accesses(body_expr, swaps, self.node_dtypes)
+            ins = list(dict.fromkeys(a for a in accesses(body_expr)))
         if sparse_loop:
             swaps = self.own_order_reads(ins, dims, "#enc" in init_type)
             if swaps:
