@@ -334,6 +334,10 @@ arcsin, arctan = _make_unary("asin"), _make_unary("atan")
 
 
 def square(x):
+    """``numpy.square`` (of bool it is int8 in NumPy, a dtype sparsecc does not compile)."""
+    if getattr(x, "dtype", None) == np.bool_:
+        raise DTypeError(f"{_where_called()}: numpy.square of bool gives int8, which sparsecc does not support; "
+                         f"use x.astype(np.int64) first, or x * x (bool)")
     return _binary("*", x, x)
 
 
