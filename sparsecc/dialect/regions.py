@@ -152,10 +152,13 @@ class Body(Casts):
             raise AssertionError(f"unexpected node {e}")
         if want is None or want.name == row.name:
             return v
-        if self.sparse_loop and (self.stored or isinstance(e, Stored)) and self.sparse_in(e):
+        if self.sparse_loop and (self.stored or isinstance(e, Stored) or
+                                 want.kind == "complex" and row.kind != "complex") and self.sparse_in(e):
             # over stored entries only: the conversion in a unary region with an empty absent
             # one (a plain arith.cmpf for x != 0 makes the sparsifier visit every entry, and
-            # the unstored ones then take part as False)
+            # the unstored ones then take part as False).  A real value made complex, too: the
+            # sparsifier does not know complex.create and left the whole loop nest unlowered
+            # (abs(A + B), A complex, B real CSC)
             t = body_type(row)
             return self.sparse_op(f"sparse_tensor.unary {v} : {t} to {body_type(want)}",
                                   [("present", self.region([t], lambda p: self.cast(p, row, want),
