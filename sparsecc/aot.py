@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .aot_plans import Planned, expand, plain_dtype
 from .errors import FormatError, SparseccError
 from .runtime.aot import Library, load
 from .runtime.aot import build as _build
 
-__all__ = ["build", "load", "Library", "Derivative"]
+__all__ = ["build", "load", "Library", "Derivative", "Planned"]
 
 
 class Derivative:
@@ -109,9 +110,10 @@ def _format_of(name: str, x) -> str:
 
 def build(name: str, kernels: dict, outdir: str, **options) -> str:
     """``runtime.aot.build`` (docs/aot.md), where a kernel may also be ``sc.jacobian(...)``,
-    ``sc.hessian(...)`` or an :class:`sc.aot.Derivative` of one."""
+    ``sc.hessian(...)`` or an :class:`sc.aot.Derivative` of one, or an
+    :class:`sc.aot.Planned` kernel (its plan fixed at build time from example operands)."""
     from .derivatives import Jacobian
-    plain, records = {}, {}
+    plain, records, plans = {}, {}, {}
     for kname, k in (kernels.items() if isinstance(kernels, dict) else ()):
         if isinstance(k, Jacobian):
             k = Derivative(k)
@@ -119,10 +121,27 @@ def build(name: str, kernels: dict, outdir: str, **options) -> str:
             plain[kname], records[kname] = k.kernel_and_record()
         else:
             plain[kname] = k
+    if any(isinstance(k, Planned) for k in plain.values()):
+        dtype = plain_dtype(options.pop("dtype", "float64"), {n: getattr(k, "kernel", k) for n, k in plain.items()})
+        expanded = {}
+        for kname, k in plain.items():
+            if not isinstance(k, Planned):
+                expanded[kname] = k
+                continue
+            steps, dts, record = expand(kname, k, dtype)
+            clash = sorted(set(steps) & (set(plain) - {kname}))
+            if clash:
+                raise SparseccError(f"kernel {kname!r}: its steps are built as kernels {', '.join(steps)}, "
+                                    f"but {clash[0]!r} names another kernel; rename it")
+            expanded.update(steps)
+            dtype.update(dts)
+            if record is not None:
+                plans[kname] = dict(record, kernel=k.kernel)
+        plain, options["dtype"] = expanded, dtype
     for kname, k in (plain.items() if isinstance(plain, dict) else ()):
         _refuse_nested(kname, k, kname in records)
     return _build(name, plain if isinstance(kernels, dict) else kernels, outdir,
-                  derivatives=records or None, **options)
+                  derivatives=records or None, plans=plans or None, **options)
 
 
 build.__doc__ = (_build.__doc__ or "") + "\n\n" + build.__doc__

@@ -21,6 +21,7 @@ from ...errors import CompileError, FormatError, SparseccError
 from ...formats import resolve
 from .cwrapper import _c_dispatch, _c_kernel, _c_source, _header, symbol_problem, wrapper_problem
 from .derivative_c import derivative_c, table_asm, tables
+from .plan_c import planned_c
 from .manifest import MANIFEST_VERSION, spec_digest, statement_to_json
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -30,7 +31,7 @@ _names = itertools.count()
 # ----------------------------------------------------------------------------- build
 def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width: int = 32,
           cpu: str | None = None, cc: str | None = None, device: str | None = None,
-          derivatives: dict | None = None) -> str:
+          derivatives: dict | None = None, plans: dict | None = None) -> str:
     """Compile ``kernels`` (name -> ``sc.compile(...)`` kernel) into ``outdir/lib<name>.so``
     with ``<name>.h`` and ``<name>.json``; returns the library's path.
 
@@ -54,6 +55,11 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
     (``sc.aot.build`` makes them from ``sc.jacobian``/``sc.hessian``): their ``_pattern`` and
     ``_values`` entry points and, for a pattern fixed at build time, its tables
     (``derivative_c.py``).
+
+    ``plans``: ``{kernel: {"kernel": the sc.compile kernel, "steps": [...]}}`` for kernels
+    whose plan was fixed at build time (``sc.aot.Planned``; ``aot_plans.expand`` makes the
+    record): each step is one of ``kernels``, and ``<name>_<kernel>`` runs them in order with
+    the one nest's signature (``plan_c.py``).
     """
     from ..fast_paths import SIZED_BY_DIMENSION, sized_by_dimension
     from ..kernel import compile_specialization
@@ -70,8 +76,15 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                             f"(e.g. apt-get install gcc), or Zig's with pip install 'sparsecc[aot]', "
                             f"or name yours with CC=... or sc.aot.build(..., cc=...)")
     # every kernel's formats, dtypes and C names are checked before the first one compiles
+    planned = plans or {}
     plans = [_plan(name, kname, k, dtype, index_width, cpu, device) for kname, k in kernels.items()]
-    problem = symbol_problem(name, list(kernels))
+    planned_builds = [_plan(name, kname, p["kernel"], dtype, index_width, cpu, device)
+                      for kname, p in planned.items()]
+    for kname, _, kdev, *_ in planned_builds:
+        if kdev != "cpu":
+            raise SparseccError(f"kernel {kname!r}: a planned kernel (sc.aot.Planned) is built for the CPU only")
+    names = list(kernels) + list(planned)
+    problem = symbol_problem(name, names)
     if problem:
         raise SparseccError(f"library {name!r}: {problem}")
     os.makedirs(outdir, exist_ok=True)
@@ -142,6 +155,17 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                     table_files[sym] = os.path.join(tmp, f"{sym}.bin")
                     with open(table_files[sym], "wb") as f:
                         f.write(data)
+        for kname, k, kdev, stmt, dts, fmts, out_fmt, options in planned_builds:
+            spec = _record(name, kname, k, stmt, fmts, dts, out_fmt, planned[kname])
+            manifest["kernels"][kname] = spec
+            decl, definition = planned_c(name, kname, spec, spec["plan"],
+                                         {s["kernel"]: manifest["kernels"][s["kernel"]] for s in spec["plan"]["steps"]})
+            decls.append(decl)
+            defs.append(definition)
+            ir[kname] = {"stages": {}}
+        for kname, p in planned.items():
+            for s in p["steps"]:
+                manifest["kernels"][s["kernel"]]["step_of"] = kname
         if table_files:
             asm = os.path.join(tmp, f"{name}_tables.s")
             with open(asm, "w") as f:
@@ -152,8 +176,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             f.write(header)
         src = os.path.join(tmp, f"{name}_abi.c")
         with open(src, "w") as f:
-            f.write(_c_source(name, list(kernels), defs,
-                              [spec_digest(manifest["kernels"][k]) for k in kernels]))
+            f.write(_c_source(name, names, defs, [spec_digest(manifest["kernels"][k]) for k in names]))
         so_tmp = os.path.join(tmp, f"lib{name}.so")
         cmd = [*cc_cmd, "-shared", "-fPIC", "-O2", "-std=gnu11", "-I", tmp, "-o", so_tmp, src, *objects, "-lm"]
         if cuda_kernels:
@@ -219,6 +242,22 @@ def _plan(lib: str, kname: str, k, dtype, index_width: int, cpu, device):
     if problem:
         raise SparseccError(f"library {lib!r}: {problem}")
     return kname, k, kdev, stmt, dts, fmts, out_fmt, options
+
+
+def _record(lib: str, kname: str, k, stmt, fmts, dts, out_fmt, plan: dict) -> dict:
+    """The manifest record of a planned kernel: its one nest's (what its C signature and
+    ``sc.aot.load``'s operand checks read) and the plan (each step a kernel of the library)."""
+    from ..kernel import _result_dtype
+    accesses_of = {a.tensor: a.indices for a in _accesses(stmt)}
+    ops = [{"name": _c_operand(op), "key": op, "format": "dense" if f.is_dense else f.encoding(),
+            "format_name": f.name, "dtype": d, "indices": list(accesses_of[op])}
+           for op, f, d in zip(stmt.operands, fmts, dts)]
+    index_order = list(dict.fromkeys(i for a in _accesses(stmt) for i in a.indices))
+    return {"source": k.source, "statement": str(stmt), "stmt": statement_to_json(stmt), "operands": ops,
+            "index_order": index_order, "out_indices": list(stmt.indices),
+            "out_dtype": _result_dtype(stmt, tuple(dts)).name,
+            "out_format": out_fmt.encoding() if out_fmt else None, "prune": k.prune, "entry": f"{lib}_{kname}",
+            "plan": {key: plan[key] for key in ("steps", "reason", "from")}}
 
 
 def derivative_record(info: dict) -> dict:

@@ -17,6 +17,7 @@ from ...errors import LibraryError, SparseccError
 from ...formats import Format
 from .. import files
 from .manifest import MANIFEST_VERSION, shape_problem, spec_digest, statement_from_json
+from .planned_lib import load_planned
 
 
 #: the Library's own attributes: no kernel may be called so (``sc.aot.build`` refuses them,
@@ -121,9 +122,15 @@ def load(folder: str, name: str | None = None) -> Library:
     kernels = {}
     ir = _IR(folder, name, manifest.get("ir"))
     for kname, spec in manifest["kernels"].items():
+        if "plan" in spec:
+            continue
         k = _load_kernel(name, kname, spec, lib, path, manifest_of=meta, stages_of=lambda k=kname: ir.stages(k))
         kernels[kname] = k
-    return Library(path, manifest, kernels)
+    for kname, spec in manifest["kernels"].items():
+        if "plan" in spec:
+            kernels[kname] = load_planned(name, kname, spec, kernels, lib, meta)
+    public = {k: v for k, v in kernels.items() if "step_of" not in manifest["kernels"][k]}
+    return Library(path, manifest, public)
 
 
 def _open(path: str, name: str, recorded: dict | None, meta: str):

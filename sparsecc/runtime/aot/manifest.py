@@ -109,7 +109,7 @@ _KERNEL = {"source": _STR, "statement": _STR, "stmt": (dict,), "operands": "oper
            "out_indices": "names", "out_dtype": _STR, "out_format": _OPT_STR, "entry": _STR}
 _KERNEL_OPTIONAL = {"prune": _BOOL, "kernel": _STR, "fills_output": _BOOL, "guarded": "ints",
                     "huge_dimensions": _STR, "device": _STR, "gpu_arch": _STR,
-                    "derivative": (dict,)}
+                    "derivative": (dict,), "plan": (dict,), "step_of": _STR}
 _DIGEST = {"size": _INT, "sha256": _STR}
 
 

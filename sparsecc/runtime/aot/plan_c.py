@@ -1,0 +1,108 @@
+"""The C function of a planned kernel in an ahead-of-time library (``sc.aot.Planned``;
+docs/aot.md "Planned kernels").
+
+The plan was fixed at build time; each step is a kernel of the library (``<lib>_<k>__<n>``).
+``<lib>_<k>`` has the signature the one nest's entry point would have (``cwrapper._c_kernel``
+of the same record) and calls the steps in order: a dense intermediate is a ``malloc`` of its
+shape (known from the index sizes), a sparse one the step's ``<lib>_sparse_result``, handed
+to the step that reads it as its level buffers and freed after its last reader; an operand a
+step reads in the other order (CSR read as CSC) is transposed in the wrapper on each call.
+"""
+
+from __future__ import annotations
+
+from ...errors import SparseccError
+from ...formats import Format
+from .cwrapper import _C_TYPES, _c_kernel, _field_names
+from .derivative_c import _transposed, _transposes
+
+
+def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) -> tuple[str, str]:
+    """(declaration with its documentation, definition) of planned kernel ``kname``: ``spec``
+    its one-nest record (operands, index order, result), ``plan`` the steps' record
+    (``aot_plans.expand``), ``step_specs`` each step kernel's manifest record."""
+    fn = f"{lib}_{kname}"
+    decl, _ = _c_kernel(lib, kname, spec)
+    cut = decl.rindex(f"\nint {fn}(")
+    doc, proto = decl[:cut], decl[cut + 1:]
+    ptext = proto[len(f"int {fn}("):proto.rindex(");")]
+    lines = [f" * Runs its plan, fixed at build time from example operands ({len(plan['steps'])} steps):"]
+    lines += [f" *   {n}. {s['text']}  [{s['format']}]" for n, s in enumerate(plan["steps"], 1)]
+    first_nl = doc.index("\n")
+    doc = doc[:first_nl + 1] + "\n".join(lines) + "\n" + doc[first_nl + 1:]
+
+    operands = {op["key"]: op for op in spec["operands"]}
+    last_use = {}
+    for n, s in enumerate(plan["steps"]):
+        for x in s["inputs"]:
+            last_use[x] = n
+    setup, teardown, body = [], [], []
+    transposed = {}
+    interm = {}               # intermediate name -> (C variable, dense?)
+    for n, s in enumerate(plan["steps"]):
+        sspec = step_specs[s["kernel"]]
+        root = n == len(plan["steps"]) - 1
+        args = [f"n_{s['sizes'][i]}" for i in sspec["index_order"]]
+        for x, op in zip(s["inputs"], sspec["operands"]):
+            if x in operands:
+                args += _operand_args(operands[x], op, kname, x, transposed, setup, teardown)
+            else:
+                var, dense = interm[x]
+                if dense:
+                    args.append(var)
+                else:
+                    fields = _field_names(Format.parse(op["format"]), "t")
+                    args += [a for b in range(len(fields)) for a in (f"{var}.buffers[{b}]", f"{var}.lengths[{b}]")]
+        if root:
+            args.append("out")
+        else:
+            var = f"t{n}"
+            dense = sspec["out_format"] is None
+            interm[s["output"]] = (var, dense)
+            if dense:
+                ct = _C_TYPES[sspec["out_dtype"]]
+                count = " * ".join(f"(size_t)n_{s['sizes'][i]}" for i in sspec["out_indices"]) or "1"
+                setup.append(f"    {ct} *{var} = NULL;")
+                body += [f"    {var} = malloc(({count}) * sizeof *{var} + 1);",
+                         f"    if (!{var}) {{ rc = 1; goto done; }}"]
+                teardown.append(f"    free({var});")
+                args.append(var)
+            else:
+                setup.append(f"    {lib}_sparse_result {var}; memset(&{var}, 0, sizeof {var});")
+                teardown.append(f"    {lib}_free_result(&{var});")
+                args.append(f"&{var}")
+        body.append(f"    rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */")
+        body.append("    if (rc) goto done;")
+        for x, m in last_use.items():        # intermediates no later step reads: freed now
+            if m == n and x in interm:
+                var, dense = interm[x]
+                body.append(f"    free({var}); {var} = NULL;" if dense else f"    {lib}_free_result(&{var});")
+    # the transposes allocate first: their own failure returns before anything else exists
+    pre = [line for line in setup if "_sparse_result" not in line and "= NULL;" not in line]
+    decls = [line for line in setup if line not in pre]
+    definition = "\n".join([f"int {fn}({ptext}) {{", "    int rc = 0;", *decls, *pre, *body, "done:",
+                            *teardown, "    return rc;", "}", ""])
+    return doc + "\n" + proto, definition
+
+
+def _operand_args(user: dict, op: dict, kname: str, key: str, transposed: dict, setup: list,
+                  teardown: list) -> list[str]:
+    """The arguments a step takes for the kernel's operand ``key``: the caller's own
+    parameters, or the caller's CSR (CSC) transposed once per call where the step reads it
+    in the other order."""
+    if user["format"] == op["format"]:
+        if op["format"] == "dense":
+            return [user["name"]]
+        fields = _field_names(Format.parse(op["format"]), user["name"])
+        return [a for c, _, _ in fields for a in (c, f"{c}_len")]
+    if op["format"] == "dense" or user["format"] == "dense" or \
+            not _transposes(Format.parse(user["format"]), Format.parse(op["format"])):
+        raise SparseccError(f"kernel {kname!r}: a step reads operand {key!r} as {op['format']}, which the C "
+                            f"wrapper cannot make from the {user['format']} it takes; build the kernel as one "
+                            f"nest (no sc.aot.Planned)")
+    if key not in transposed:
+        s, t, args = _transposed(user, dict(op, indices=user["indices"]), f"p{len(transposed)}_")
+        setup.extend(s)
+        teardown.extend(t)
+        transposed[key] = args
+    return transposed[key]
