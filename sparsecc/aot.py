@@ -184,8 +184,8 @@ def _refuse_nested(kname, k, derivative: bool) -> None:
             "exactly) and add them in the caller, or compile its statement with a dense result "
             "(sc.compile(H.statement, ..., out_format='dense'))"
             if derivative else
-            f"build each step as a kernel of its own ({steps}; then the statement reading it) and call them "
-            f"in turn, or give the kernel a dense result (out_format='dense')")
+            f"give example operands, sc.aot.Planned(kernel, operands), to build it as its steps ({steps}; "
+            f"then the statement reading it), or give the kernel a dense result (out_format='dense')")
     raise SparseccError(f"{what} has a sparse result and a nested reduction over a sparse operand, which the "
                         f"JIT computes as a sparse step of its own; a library builds one loop nest, where that "
                         f"reduction fills a dense temporary of the result's shape and the result would store "

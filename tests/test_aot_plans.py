@@ -43,7 +43,8 @@ def _operands(seed=0):
     X, W = rng.standard_normal((200, 16)), rng.standard_normal((16, 4))
     H = sp.csr_array(sp.random_array((60, 20), density=0.1, format="csr", rng=rng))
     d = rng.standard_normal(20)
-    return dict(A=A, B=B, x=x, X=X, W=W, H=H, d=d, I=sp.eye_array(20, format="csr"))
+    C = sp.random_array((20, 250), density=0.05, format="csr", rng=rng)
+    return dict(A=A, B=B, x=x, X=X, W=W, H=H, d=d, I=sp.eye_array(20, format="csr"), C=C)
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +54,13 @@ def built(tmp_path_factory):
     k_chain = sc.compile("ij,jk,k->i", "csr", "csr", "dense")
     k_gnn = sc.compile("ij,jk,kl->il", "csr", "dense", "dense")
     k_hess = sc.compile(HESS, A="csr", A__1="csr", d="dense", I="csr")
+    k_sp = sc.compile("ij,jk,lk->il", "csr", "csr", "csr", out_format="csr")     # sparse intermediates
     out = str(tmp_path_factory.mktemp("aotplans"))
     sc.aot.build("pl", {"chain": sc.aot.Planned(k_chain, (A, B, x)),
                         "gnn": sc.aot.Planned(k_gnn, (A, X, W)),
                         "hess": sc.aot.Planned(k_hess, dict(A=H, A__1=H, d=d, I=I)),
-                        "nest": k_chain}, out)
+                        "sp": sc.aot.Planned(k_sp, (A, B, o["C"]))}, out)
+    Ct = o["C"].tocsc()         # the one nest (and so the planned function) reads l,k column-wise
     E1, E2 = sp.csr_array((300, 200)), sp.csr_array((200, 250))      # no stored entries
     EH = sp.csr_array((60, 20))
     prog = f"""#include <stdio.h>
@@ -70,6 +73,7 @@ def built(tmp_path_factory):
 {_csr_data("H", H)}
 {_csr_data("EH", EH)}
 {_csr_data("I", I)}
+{_csr_data("C", Ct)}
 {_c_array("x", x, "double")}
 {_c_array("X", X, "double")}
 {_c_array("W", W, "double")}
@@ -78,7 +82,7 @@ static void show(const char *what, const double *v, int64_t n) {{
     printf("%s", what); for (int64_t t = 0; t < n; t++) printf(" %.17g", v[t]); printf("\\n"); }}
 static void showi(const char *what, const int32_t *v, int64_t n) {{
     printf("%s", what); for (int64_t t = 0; t < n; t++) printf(" %d", v[t]); printf("\\n"); }}
-static void hess(const char *what, int rc, pl_sparse_result *r) {{
+static void sparse(const char *what, int rc, pl_sparse_result *r) {{
     char name[64];
     printf("%s_rc %d\\n", what, rc);
     snprintf(name, sizeof name, "%s_ptr", what); showi(name, r->buffers[0], r->lengths[0]);
@@ -87,11 +91,9 @@ static void hess(const char *what, int rc, pl_sparse_result *r) {{
     pl_free_result(r);
 }}
 int main(void) {{
-    double y[300], z[300], g[300 * 4];
+    double y[300], g[300 * 4];
     int rc = pl_chain(300, 200, 250, {_csr_args("A", A)}, {_csr_args("B", B)}, x, y);
     printf("chain_rc %d\\n", rc); show("chain", y, 300);
-    rc = pl_nest(300, 200, 250, {_csr_args("A", A)}, {_csr_args("B", B)}, x, z);
-    printf("nest_rc %d\\n", rc); show("nest", z, 300);
     rc = pl_chain(300, 200, 250, {_csr_args("E1", E1)}, {_csr_args("E2", E2)}, x, y);
     printf("chain_empty_rc %d\\n", rc); show("chain_empty", y, 300);
     rc = pl_chain(0, 0, 0, {_csr_args("E1", sp.csr_array((0, 0)))}, {_csr_args("E2", sp.csr_array((0, 0)))}, x, y);
@@ -99,8 +101,9 @@ int main(void) {{
     rc = pl_gnn(300, 200, 16, 4, {_csr_args("A", A)}, X, W, g);
     printf("gnn_rc %d\\n", rc); show("gnn", g, 300 * 4);
     pl_sparse_result r;
-    hess("hess", pl_hess(60, 20, 20, {_csr_args("H", H)}, {_csr_args("H", H)}, d, {_csr_args("I", I)}, &r), &r);
-    hess("hess_empty", pl_hess(60, 20, 20, {_csr_args("EH", EH)}, {_csr_args("EH", EH)}, d, {_csr_args("I", I)},
+    sparse("hess", pl_hess(60, 20, 20, {_csr_args("H", H)}, {_csr_args("H", H)}, d, {_csr_args("I", I)}, &r), &r);
+    sparse("sp", pl_sp(300, 200, 250, 20, {_csr_args("A", A)}, {_csr_args("B", B)}, {_csr_args("C", Ct)}, &r), &r);
+    sparse("hess_empty", pl_hess(60, 20, 20, {_csr_args("EH", EH)}, {_csr_args("EH", EH)}, d, {_csr_args("I", I)},
          &r), &r);
     return 0;
 }}
@@ -114,7 +117,7 @@ int main(void) {{
     run = subprocess.run([exe], check=True, capture_output=True, text=True)
     lines = dict(line.split(" ", 1) if " " in line else (line, "") for line in run.stdout.splitlines())
     got = {k: np.array(v.split(), dtype=float) for k, v in lines.items()}
-    return dict(got=got, out=out, ops=o, chain=k_chain, gnn=k_gnn, hess=k_hess, lib=sc.aot.load(out))
+    return dict(got=got, out=out, ops=o, chain=k_chain, gnn=k_gnn, hess=k_hess, sp=k_sp, lib=sc.aot.load(out))
 
 
 def _hess_dense(H, d):
@@ -131,19 +134,18 @@ def test_manifest_records_the_plan(built):
         assert all(kernels[s["kernel"]]["step_of"] == name for s in plan["steps"])
     assert [s["format"] for s in kernels["gnn"]["plan"]["steps"]] == ["dense", "dense"]
     assert [s["format"] for s in kernels["hess"]["plan"]["steps"]] == ["csr", "csr"]
-    assert "plan" not in kernels["nest"]
+    assert [s["format"] for s in kernels["sp"]["plan"]["steps"]] == ["csc", "csr", "csr"]
     lib = built["lib"]
-    assert set(lib.kernels) == {"chain", "gnn", "hess", "nest"}       # steps are not public kernels
+    assert set(lib.kernels) == {"chain", "gnn", "hess", "sp"}       # steps are not public kernels
 
 
 def test_c_chain_and_dense_intermediate(built):
     g, o = built["got"], built["ops"]
     A, B, x = o["A"], o["B"], o["x"]
     want = np.einsum("ij,jk,k->i", A.toarray(), B.toarray(), x)
-    assert g["chain_rc"][0] == 0 and g["nest_rc"][0] == 0
+    assert g["chain_rc"][0] == 0
     np.testing.assert_allclose(g["chain"], want, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(g["chain"], built["chain"](A, B, x), rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(g["nest"], want, rtol=1e-12, atol=1e-13)
     assert g["gnn_rc"][0] == 0
     want = np.einsum("ij,jk,kl->il", A.toarray(), o["X"], o["W"]).ravel()
     np.testing.assert_allclose(g["gnn"], want, rtol=1e-12, atol=1e-12)
@@ -172,6 +174,19 @@ def test_c_nested_reduction(built):
     C = sp.csr_array((g["hess_val"], g["hess_ind"].astype(np.int64), g["hess_ptr"].astype(np.int64)), shape=(20, 20))
     np.testing.assert_allclose(C.toarray(), _hess_dense(H, d), rtol=1e-12, atol=1e-13)
     assert C.nnz < 20 * 20                                           # not every entry (the one nest's)
+
+
+def test_c_sparse_intermediates(built):
+    g, o = built["got"], built["ops"]
+    A, B, C = o["A"], o["B"], o["C"]
+    assert g["sp_rc"][0] == 0
+    got = sp.csr_array((g["sp_val"], g["sp_ind"].astype(np.int64), g["sp_ptr"].astype(np.int64)), shape=(300, 20))
+    np.testing.assert_allclose(got.toarray(), np.einsum("ij,jk,lk->il", A.toarray(), B.toarray(), C.toarray()),
+                               rtol=1e-12, atol=1e-13)
+    jit = built["sp"](A, B, C)
+    np.testing.assert_array_equal(g["sp_ptr"], jit.indptr)
+    np.testing.assert_array_equal(g["sp_ind"], jit.indices)
+    np.testing.assert_allclose(built["lib"].sp(A, B, C).toarray(), jit.toarray(), rtol=1e-12, atol=1e-13)
 
 
 def test_loaded_callable_matches_jit(built):

@@ -36,7 +36,7 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
     for n, s in enumerate(plan["steps"]):
         for x in s["inputs"]:
             last_use[x] = n
-    setup, teardown, body = [], [], []
+    decls, setup, teardown, body = [], [], [], []
     transposed = {}
     interm = {}               # intermediate name -> (C variable, dense?)
     for n, s in enumerate(plan["steps"]):
@@ -62,13 +62,13 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
             if dense:
                 ct = _C_TYPES[sspec["out_dtype"]]
                 count = " * ".join(f"(size_t)n_{s['sizes'][i]}" for i in sspec["out_indices"]) or "1"
-                setup.append(f"    {ct} *{var} = NULL;")
+                decls.append(f"    {ct} *{var} = NULL;")
                 body += [f"    {var} = malloc(({count}) * sizeof *{var} + 1);",
                          f"    if (!{var}) {{ rc = 1; goto done; }}"]
                 teardown.append(f"    free({var});")
                 args.append(var)
             else:
-                setup.append(f"    {lib}_sparse_result {var}; memset(&{var}, 0, sizeof {var});")
+                decls.append(f"    {lib}_sparse_result {var}; memset(&{var}, 0, sizeof {var});")
                 teardown.append(f"    {lib}_free_result(&{var});")
                 args.append(f"&{var}")
         body.append(f"    rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */")
@@ -77,10 +77,8 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
             if m == n and x in interm:
                 var, dense = interm[x]
                 body.append(f"    free({var}); {var} = NULL;" if dense else f"    {lib}_free_result(&{var});")
-    # the transposes allocate first: their own failure returns before anything else exists
-    pre = [line for line in setup if "_sparse_result" not in line and "= NULL;" not in line]
-    decls = [line for line in setup if line not in pre]
-    definition = "\n".join([f"int {fn}({ptext}) {{", "    int rc = 0;", *decls, *pre, *body, "done:",
+    # the transposes (setup) allocate before any step runs: one that fails returns at once
+    definition = "\n".join([f"int {fn}({ptext}) {{", "    int rc = 0;", *decls, *setup, *body, "done:",
                             *teardown, "    return rc;", "}", ""])
     return doc + "\n" + proto, definition
 
@@ -102,6 +100,10 @@ def _operand_args(user: dict, op: dict, kname: str, key: str, transposed: dict, 
                             f"nest (no sc.aot.Planned)")
     if key not in transposed:
         s, t, args = _transposed(user, dict(op, indices=user["indices"]), f"p{len(transposed)}_")
+        # an allocation that fails returns at once: the operands transposed before it are freed
+        # first (the intermediates are allocated after every transpose)
+        earlier = " ".join(line.strip() for line in teardown)
+        s = [line.replace("return 1;", f"{earlier} return 1;") if earlier else line for line in s]
         setup.extend(s)
         teardown.extend(t)
         transposed[key] = args
