@@ -206,6 +206,11 @@ def test_loaded_callable_matches_jit(built):
     B2 = sp.random_array((30, 10), density=0.3, format="csr", rng=2)
     np.testing.assert_allclose(lib.chain(A2, B2, o2["x"][:10]),
                                np.einsum("ij,jk,k->i", A2.toarray(), B2.toarray(), o2["x"][:10]), rtol=1e-12)
+    E1, E2 = sp.csr_array((300, 200)), sp.csr_array((200, 250))
+    np.testing.assert_array_equal(lib.chain(E1, E2, x), np.zeros(300))
+    EH = sp.csr_array((60, 20))
+    got = lib.hess(A=EH, A__1=EH, d=d, I=I)
+    np.testing.assert_array_equal(got.toarray(), np.diag(d))
     with pytest.raises(sc.SparseccError):
         lib.chain(A.astype(np.float32), B, x)
     assert lib.chain.ir("mlir", step=1).startswith("#") or "func.func" in lib.chain.ir("mlir", step=1)
