@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .aot_plans import Planned, expand, plain_dtype
+from .aot_plans import Planned, derivative_examples, expand, plain_dtype
 from .errors import FormatError, SparseccError
 from .runtime.aot import Library, load
 from .runtime.aot import build as _build
@@ -96,6 +96,10 @@ class Derivative:
             kw = {"triangle": self.triangle} if self.triangle else {}
             record["pattern"] = J.pattern("csc" if self.layout == "csc" else "csr", **kw, **ops)
             record["shape"] = J._shape(ops)
+            if _has_split(kernel):          # built as its split steps (docs/aot.md, Nested reductions)
+                examples = derivative_examples(J, kernel, self.operands)
+                if examples is not None:
+                    return Planned(kernel, examples), record
         return kernel, record
 
 
@@ -147,6 +151,14 @@ def build(name: str, kernels: dict, outdir: str, **options) -> str:
 build.__doc__ = (_build.__doc__ or "") + "\n\n" + build.__doc__
 
 
+def _has_split(k) -> bool:
+    try:
+        _refuse_nested("k", k, False)
+    except SparseccError:
+        return True
+    return False
+
+
 def _refuse_nested(kname, k, derivative: bool) -> None:
     """A SparseccError for a kernel with a sparse result whose body holds a reduction the
     JIT runs as a sparse step of its own (plan/nested.py; docs/aot.md "Nested
@@ -180,7 +192,8 @@ def _refuse_nested(kname, k, derivative: bool) -> None:
         return
     steps = "; ".join(s[5] for s in split[0][:-1])
     what = (f"derivative kernel {kname!r} ({stmt})" if derivative else f"kernel {kname!r} ('{stmt}')")
-    todo = ("build the derivative of each term of the objective (each a product, which a library builds "
+    todo = ("give example operands (sc.aot.Derivative(H, {name: matrix})) to build it as its steps, or build "
+            "the derivative of each term of the objective (each a product, which a library builds "
             "exactly) and add them in the caller, or compile its statement with a dense result "
             "(sc.compile(H.statement, ..., out_format='dense'))"
             if derivative else

@@ -106,3 +106,36 @@ def plain_dtype(dtype, kernels: dict) -> dict:
         return dict(dtype)
     return {name: (dtype,) * len(k.stmt.operands) for name, k in kernels.items()
             if hasattr(k, "stmt")}
+
+
+def derivative_examples(J, kernel, given: dict) -> dict | None:
+    """Example operands of derivative ``J``'s statement (what ``kernel`` reads) from the
+    matrices ``given`` by base name (``sc.aot.Derivative``'s example operands): an operand's
+    second name (``A__1``) is its base's, the identity ``Id_`` is made from the index sizes,
+    and a dense operand not given (a vector, a scalar) is zeros of its shape - a statement
+    split at its nested reductions is planned from formats alone.  None where an index size
+    is not fixed by what is given."""
+    import scipy.sparse as sp
+    from .derivatives.symbolic import DELTA
+    from .expr import index_sizes
+    stmt = J.statement
+    named = {n: given[J.aliases.get(n, n)] for n in stmt.operands if J.aliases.get(n, n) in given}
+    sizes = dict(index_sizes(stmt, {n: tuple(np.shape(x)) for n, x in named.items()}))
+    ops = {}
+    for a in accesses(stmt.expr):
+        n = a.tensor
+        if n in ops or n not in stmt.operands:
+            continue
+        if n in named:
+            ops[n] = named[n]
+            continue
+        if any(i not in sizes for i in a.indices):
+            if n != DELTA:
+                return None
+            m = J._shape({b: x for b, x in given.items() if b in J.names})[1]
+            sizes.update({i: m for i in a.indices})
+        if n == DELTA:
+            ops[n] = sp.eye_array(sizes[a.indices[0]], format="csr")
+        else:
+            ops[n] = np.zeros(tuple(sizes[i] for i in a.indices)) if a.indices else 0.0
+    return ops if set(ops) == set(stmt.operands) else None

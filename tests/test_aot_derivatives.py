@@ -201,9 +201,9 @@ def test_refused():
 
 def test_nested_hessian_refused():
     """LSQ's Hessian, 2 A^T A + 12 c diag(x^2), holds a nested sum over A beside the identity
-    term: the JIT computes the sum as a sparse step (its tables: A^T A's pattern and the
-    diagonal), a library's one loop nest would store every entry (and _values return 3 for
-    the tables' own operands); refused, naming what to do (docs/aot.md, Nested reductions)."""
-    A = sp.csr_array(sp.random_array((12, 6), density=0.3, format="csr", rng=np.random.default_rng(0)))
-    with pytest.raises(sc.SparseccError, match="nested reduction.*derivative of each term"):
-        sc.aot.build("nh", {"H": sc.aot.Derivative(sc.hessian(LSQ, wrt="x"), {"A": A})}, "/nonexistent/never")
+    term: the JIT computes the sum as a sparse step, a library's one loop nest would store
+    every entry; without example operands (which build it as its steps: tests/test_aot_plans.py)
+    refused, naming what to do (docs/aot.md, Nested reductions)."""
+    with pytest.raises(sc.SparseccError, match="nested reduction.*example operands.*derivative of each term"):
+        sc.aot.build("nh", {"H": sc.aot.Derivative(sc.hessian(LSQ, wrt="x"), formats={"A": "csr"})},
+                     "/nonexistent/never")

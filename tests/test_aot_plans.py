@@ -18,6 +18,7 @@ CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler")
 
 HESS = "H[k,l] = sum[i](A[i,k] * 2 * A__1[i,l]) + d[k] * I[k,l]"
+LSQ = "f[] = sum[i]((sum[j](A[i,j] * x[j]) - b[i]) ** 2) + sum[j](c[] * x[j] ** 4)"     # 2 AᵀA + 12 c diag(x²)
 
 
 def _c_array(name, a, ctype):
@@ -59,7 +60,10 @@ def built(tmp_path_factory):
     sc.aot.build("pl", {"chain": sc.aot.Planned(k_chain, (A, B, x)),
                         "gnn": sc.aot.Planned(k_gnn, (A, X, W)),
                         "hess": sc.aot.Planned(k_hess, dict(A=H, A__1=H, d=d, I=I)),
-                        "sp": sc.aot.Planned(k_sp, (A, B, o["C"]))}, out)
+                        "sp": sc.aot.Planned(k_sp, (A, B, o["C"])),
+                        # a nested Hessian with example operands: built as its split steps
+                        "lsq": sc.aot.Derivative(sc.hessian(LSQ, wrt="x"), {"A": H}, layout="coo",
+                                                 triangle="lower")}, out)
     Ct = o["C"].tocsc()         # the one nest (and so the planned function) reads l,k column-wise
     E1, E2 = sp.csr_array((300, 200)), sp.csr_array((200, 250))      # no stored entries
     EH = sp.csr_array((60, 20))
@@ -103,6 +107,10 @@ int main(void) {{
     pl_sparse_result r;
     sparse("hess", pl_hess(60, 20, 20, {_csr_args("H", H)}, {_csr_args("H", H)}, d, {_csr_args("I", I)}, &r), &r);
     sparse("sp", pl_sp(300, 200, 250, 20, {_csr_args("A", A)}, {_csr_args("B", B)}, {_csr_args("C", Ct)}, &r), &r);
+    double c = 0.7, *v = malloc(PL_LSQ_NNZ * sizeof *v);
+    rc = pl_lsq_values(60, 20, 20, {_csr_args("H", H)}, &c, d, v, PL_LSQ_NNZ);
+    printf("lsq_rc %d\\n", rc); show("lsq_val", v, PL_LSQ_NNZ); free(v);
+    showi("lsq_rows", pl_lsq_row_ind, PL_LSQ_NNZ); showi("lsq_cols", pl_lsq_col_ind, PL_LSQ_NNZ);
     sparse("hess_empty", pl_hess(60, 20, 20, {_csr_args("EH", EH)}, {_csr_args("EH", EH)}, d, {_csr_args("I", I)},
          &r), &r);
     return 0;
@@ -136,7 +144,8 @@ def test_manifest_records_the_plan(built):
     assert [s["format"] for s in kernels["hess"]["plan"]["steps"]] == ["csr", "csr"]
     assert [s["format"] for s in kernels["sp"]["plan"]["steps"]] == ["csc", "csr", "csr"]
     lib = built["lib"]
-    assert set(lib.kernels) == {"chain", "gnn", "hess", "sp"}       # steps are not public kernels
+    assert set(lib.kernels) == {"chain", "gnn", "hess", "sp", "lsq"}
+    assert kernels["lsq"]["derivative"]["pattern"] == "fixed" and len(kernels["lsq"]["plan"]["steps"]) == 2       # steps are not public kernels
 
 
 def test_c_chain_and_dense_intermediate(built):
@@ -187,6 +196,24 @@ def test_c_sparse_intermediates(built):
     np.testing.assert_array_equal(g["sp_ptr"], jit.indptr)
     np.testing.assert_array_equal(g["sp_ind"], jit.indices)
     np.testing.assert_allclose(built["lib"].sp(A, B, C).toarray(), jit.toarray(), rtol=1e-12, atol=1e-13)
+
+
+def test_c_nested_hessian_values(built):
+    """The least-squares Hessian 2 AᵀA + 12 c diag(x²), a nested sum beside the identity
+    term, built from example operands as its split steps: _values on the tables' own
+    operands fills A^T A's pattern and the diagonal (its one nest stored every entry)."""
+    g, o = built["got"], built["ops"]
+    A, x, c = o["H"], o["d"], 0.7
+    assert g["lsq_rc"][0] == 0
+    Hs = sc.hessian(LSQ, wrt="x")
+    rows, cols = Hs.pattern(layout="coo", triangle="lower", A=A)
+    np.testing.assert_array_equal(g["lsq_rows"], rows)
+    np.testing.assert_array_equal(g["lsq_cols"], cols)
+    dense = 2 * A.toarray().T @ A.toarray() + np.diag(12 * c * x ** 2)
+    np.testing.assert_allclose(g["lsq_val"], dense[rows, cols], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(g["lsq_val"], Hs.values(layout="coo", triangle="lower", A=A, x=x, c=c,
+                                                       b=np.zeros(60)), rtol=1e-13)
+    assert len(rows) < 20 * 21 // 2
 
 
 def test_loaded_callable_matches_jit(built):

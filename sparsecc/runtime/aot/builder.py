@@ -157,11 +157,21 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                         f.write(data)
         for kname, k, kdev, stmt, dts, fmts, out_fmt, options in planned_builds:
             spec = _record(name, kname, k, stmt, fmts, dts, out_fmt, planned[kname])
+            if kname in derivatives:
+                spec["derivative"] = derivative_record(derivatives[kname])
             manifest["kernels"][kname] = spec
             decl, definition = planned_c(name, kname, spec, spec["plan"],
                                          {s["kernel"]: manifest["kernels"][s["kernel"]] for s in spec["plan"]["steps"]})
             decls.append(decl)
             defs.append(definition)
+            if kname in derivatives:        # its _values/_pattern call the planned function
+                decl, definition = derivative_c(name, kname, spec, derivatives[kname])
+                decls.append(decl)
+                defs.append(definition)
+                for sym, data in tables(name, kname, spec, derivatives[kname]).items():
+                    table_files[sym] = os.path.join(tmp, f"{sym}.bin")
+                    with open(table_files[sym], "wb") as f:
+                        f.write(data)
             ir[kname] = {"stages": {}}
         for kname, p in planned.items():
             for s in p["steps"]:
