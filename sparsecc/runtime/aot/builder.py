@@ -77,9 +77,10 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
                             f"or name yours with CC=... or sc.aot.build(..., cc=...)")
     # every kernel's formats, dtypes and C names are checked before the first one compiles
     planned = plans or {}
-    plans = [_plan(name, kname, k, dtype, index_width, cpu, device) for kname, k in kernels.items()]
+    # a planned kernel first: an error names it, not one of its steps
     planned_builds = [_plan(name, kname, p["kernel"], dtype, index_width, cpu, device)
                       for kname, p in planned.items()]
+    plans = [_plan(name, kname, k, dtype, index_width, cpu, device) for kname, k in kernels.items()]
     for kname, _, kdev, *_ in planned_builds:
         if kdev != "cpu":
             raise SparseccError(f"kernel {kname!r}: a planned kernel (sc.aot.Planned) is built for the CPU only")

@@ -43,22 +43,30 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
         sspec = step_specs[s["kernel"]]
         root = n == len(plan["steps"]) - 1
         args = [f"n_{s['sizes'][i]}" for i in sspec["index_order"]]
+        block, after = [], []       # an intermediate transposed for this step only
         for x, op in zip(s["inputs"], sspec["operands"]):
             if x in operands:
                 args += _operand_args(operands[x], op, kname, x, transposed, setup, teardown)
+                continue
+            var, dense, made = interm[x]
+            if dense:
+                args.append(var)
+            elif made["format"] == op["format"]:
+                fields = _field_names(Format.parse(op["format"]), "t")
+                args += [a for b in range(len(fields)) for a in (f"{var}.buffers[{b}]", f"{var}.lengths[{b}]")]
             else:
-                var, dense = interm[x]
-                if dense:
-                    args.append(var)
-                else:
-                    fields = _field_names(Format.parse(op["format"]), "t")
-                    args += [a for b in range(len(fields)) for a in (f"{var}.buffers[{b}]", f"{var}.lengths[{b}]")]
+                args += _intermediate_args(var, made, op, kname, x, block, after)
         if root:
+            if (sspec["out_format"], sspec["out_dtype"]) != (spec["out_format"], spec["out_dtype"]):
+                raise SparseccError(f"kernel {kname!r}: its plan's last step writes {sspec['out_dtype']} "
+                                    f"{sspec['out_format'] or 'dense'}, the kernel's result is {spec['out_dtype']} "
+                                    f"{spec['out_format'] or 'dense'}; build it as one nest (no sc.aot.Planned)")
             args.append("out")
         else:
             var = f"t{n}"
             dense = sspec["out_format"] is None
-            interm[s["output"]] = (var, dense)
+            interm[s["output"]] = (var, dense, {"format": sspec["out_format"], "dtype": sspec["out_dtype"],
+                                                "indices": [s["sizes"][i] for i in sspec["out_indices"]]})
             if dense:
                 ct = _C_TYPES[sspec["out_dtype"]]
                 count = " * ".join(f"(size_t)n_{s['sizes'][i]}" for i in sspec["out_indices"]) or "1"
@@ -71,16 +79,41 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
                 decls.append(f"    {lib}_sparse_result {var}; memset(&{var}, 0, sizeof {var});")
                 teardown.append(f"    {lib}_free_result(&{var});")
                 args.append(f"&{var}")
-        body.append(f"    rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */")
+        call = f"rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */"
+        if block:
+            body += ["    {", *block, "    " + call, *after, "    }"]
+        else:
+            body.append("    " + call)
         body.append("    if (rc) goto done;")
         for x, m in last_use.items():        # intermediates no later step reads: freed now
             if m == n and x in interm:
-                var, dense = interm[x]
+                var, dense, _ = interm[x]
                 body.append(f"    free({var}); {var} = NULL;" if dense else f"    {lib}_free_result(&{var});")
     # the transposes (setup) allocate before any step runs: one that fails returns at once
     definition = "\n".join([f"int {fn}({ptext}) {{", "    int rc = 0;", *decls, *setup, *body, "done:",
                             *teardown, "    return rc;", "}", ""])
     return doc + "\n" + proto, definition
+
+
+def _intermediate_args(var: str, made: dict, op: dict, kname: str, key: str, block: list,
+                       after: list) -> list[str]:
+    """The arguments of a step that reads sparse intermediate ``var`` (``made``: the format,
+    dtype and indices it was written in) in the other order (a CSR read as CSC): transposed
+    in a block around the step's call, freed after it."""
+    mine, theirs = Format.parse(made["format"]), Format.parse(op["format"])
+    if not _transposes(mine, theirs):
+        raise SparseccError(f"kernel {kname!r}: a step reads intermediate {key} as {op['format']}, which the C "
+                            f"wrapper cannot make from the {made['format']} it was written in; build the kernel "
+                            f"as one nest (no sc.aot.Planned)")
+    fields = _field_names(mine, var)
+    for b, (cname, ctype, _) in enumerate(fields):
+        t = ctype or _C_TYPES[made["dtype"]]
+        block.append(f"    const {t} *{cname} = {var}.buffers[{b}];")
+    user = {"name": var, "format": made["format"], "dtype": made["dtype"], "indices": made["indices"]}
+    s, t, args = _transposed(user, dict(op, indices=made["indices"]), f"{var}x_")
+    block += [line.replace("return 1;", "rc = 1; goto done;") for line in s]
+    after += t
+    return args
 
 
 def _operand_args(user: dict, op: dict, kname: str, key: str, transposed: dict, setup: list,
