@@ -53,7 +53,9 @@ def built(tmp_path_factory):
     o = _operands()
     A, B, x, X, W, H, d, I = (o[k] for k in "A B x X W H d I".split())
     k_chain = sc.compile("ij,jk,k->i", "csr", "csr", "dense")
-    k_gnn = sc.compile("ij,jk,kl->il", "csr", "dense", "dense")
+    # operands named like locals the planned wrapper once declared (rc, t0: gcc refused the C)
+    # operands named like the planner's intermediates (t0) and the wrapper's old locals (rc)
+    k_gnn = sc.compile("Y[i,l] = sum[j,k](A[i,j] * rc[j,k] * t0[k,l])", A="csr", rc="dense", t0="dense")
     k_hess = sc.compile(HESS, A="csr", A__1="csr", d="dense", I="csr")
     k_sp = sc.compile("ij,jk,lk->il", "csr", "csr", "csr", out_format="csr")     # sparse intermediates
     out = str(tmp_path_factory.mktemp("aotplans"))

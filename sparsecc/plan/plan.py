@@ -503,7 +503,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 f = prod.factors[c]
                 if pos in converts:
                     inputs.append(_convert_step(prod, f, search.leaves[c], converts[pos], steps, steps_by_name,
-                                                itemsize))
+                                                itemsize, stmt))
                     copy = _order.conversion_cost(search.leaves[c], itemsize)
                     total = total + copy
                     reads = reads + _cost.Cost(-copy.bytes, -copy.ops)
@@ -525,7 +525,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
         c = step_of(node, dense, {id(k): d for k, (_, d) in zip(kids, kid_stats)})
         c = c + reads
         total = total + c
-        out_name = stmt.output if root else f"t{len(steps)}"
+        out_name = stmt.output if root else fresh_name(stmt, steps)
         names[id(node)] = out_name
         text = _text(prod, out_name, idx, inputs, terms, scalars)
         step = Step(statement, tuple(inputs), out_name, idx, fmt, float(st.nnz), c.seconds, text,
@@ -554,13 +554,24 @@ def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tu
                         out_sparse)
 
 
+def fresh_name(stmt: Statement, steps) -> str:
+    """The name of the next intermediate: ``t<k>`` with the first ``k`` from the number of
+    steps on that no operand, output or earlier step has (an operand named ``t0`` was read
+    as the intermediate of that name)."""
+    taken = set(stmt.operands) | {stmt.output} | {s.output for s in steps}
+    k = len(steps)
+    while f"t{k}" in taken:
+        k += 1
+    return f"t{k}"
+
+
 def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, steps: list, steps_by_name: dict,
-                  itemsize: int) -> str:
+                  itemsize: int, original: Statement) -> str:
     """Append the step copying leaf ``f`` into ``fmt`` (the order its reader loops): a
     compiled copy (``t1[c,d] = T3[c,d]``), the same values and pattern; its name."""
     letters = tuple(LETTERS[k] for k in range(len(f.indices)))
     statement = Statement("out", letters, Access("#0", letters), ("#0",))
-    name = f"t{len(steps)}"
+    name = fresh_name(original, steps)
     text = f"{name}[{','.join(f.indices)}] = {_name(f.tensor)}[{','.join(f.indices)}]"
     step = Step(statement, (f.tensor,), name, tuple(f.indices), fmt, float(st.nnz),
                 _order.conversion_cost(st, itemsize).seconds, text, tuple(st.sizes))

@@ -62,6 +62,22 @@ def symbol_problem(lib: str, knames) -> str | None:
     return None
 
 
+#: the prefix of the locals the planned and derivative wrappers declare (plan_c.py,
+#: derivative_c.py): no operand's C name may start with it there
+LOCAL = "sc_"
+
+
+def local_problem(kname: str, params, reserved=()) -> str | None:
+    """Why a planned or derivative wrapper of kernel ``kname`` cannot take parameters
+    ``params`` (C names): one starts with :data:`LOCAL` or is one of its own ``reserved``
+    parameters, and would be declared twice; or None."""
+    for name in params:
+        if name.startswith(LOCAL) or name in reserved:
+            return (f"kernel {kname!r}: operand C name {name!r} is one the kernel's C wrapper keeps for itself "
+                    f"(names starting with {LOCAL!r}{''.join(', ' + r for r in reserved)}); rename the operand")
+    return None
+
+
 def wrapper_problem(lib: str, kname: str, index_order, operands) -> str | None:
     """Why kernel ``kname``'s C entry point cannot be generated (an operand whose C name is a
     keyword, collides with a name the wrapper uses, another parameter or local, or a global
@@ -71,9 +87,10 @@ def wrapper_problem(lib: str, kname: str, index_order, operands) -> str | None:
                 *library_symbols(lib, kname)}
 
     def declare(name, what, operand):
-        if name in _C_KEYWORDS or name in _WRAPPER_NAMES or name in globals_:
+        if name in _C_KEYWORDS or name in _WRAPPER_NAMES or name in globals_ or name.startswith(LOCAL):
             return (f"kernel {kname!r}: operand {operand!r} is called {name} in C, a name the C wrapper "
-                    f"or the language reserves; rename the operand")
+                    f"or the language reserves (or starts with {LOCAL!r}, kept for the wrappers' locals); "
+                    f"rename the operand")
         if name in seen:
             return (f"kernel {kname!r}: operand {operand!r} gives the C name {name}, which {seen[name]} "
                     f"also has; rename the operand")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import SparseccError
 from ...formats import Format, resolve
-from .cwrapper import _C_TYPES, _field_names, _index_c
+from .cwrapper import _C_TYPES, LOCAL, _field_names, _index_c, local_problem
 
 
 def _operand_params(op: dict) -> list[tuple[str, str]]:
@@ -140,41 +140,44 @@ def derivative_c(lib: str, kname: str, spec: dict, info: dict) -> tuple[str, str
         if user["format"] == op["format"]:
             call += [name for _, name in _operand_params(user)]
         else:                               # the kernel reads it in the other order: transposed here
-            s, t, args = _transposed(user, op, f"t{len(teardown)}_")
+            s, t, args = _transposed(user, op, f"{LOCAL}t{len(teardown)}_")
             setup, teardown, call = setup + s, teardown + t, call + args
     ptext = ", ".join(f"{t}{n}" for t, n in params)
+    problem = local_problem(kname, [n for _, n in params], ("values", "nvalues"))
+    if problem:
+        raise SparseccError(problem)
     major_name = "column" if info["layout"] == "csc" else "row"
-    lines = [f"static int {fn}__run({ptext}, {lib}_sparse_result *r) {{", *setup,
-             f"    int rc = {fn}({', '.join(call)}, r);", *teardown, "    if (rc) return rc;"]
+    lines = [f"static int {fn}__run({ptext}, {lib}_sparse_result *sc_r) {{", *setup,
+             f"    int sc_rc = {fn}({', '.join(call)}, sc_r);", *teardown, "    if (sc_rc) return sc_rc;"]
     if info.get("triangle"):
         # one triangle: the entries kept in place, each major's pointer rewritten
-        lines += [f"    {{ {idx_t} *pos = ({idx_t} *)r->buffers[0]; {crd_t} *crd = ({crd_t} *)r->buffers[1];",
-                  f"      {val_t} *val = ({val_t} *)r->buffers[2];",
-                  "      int64_t nmaj = r->lvl_sizes[0], w = 0, start = 0;",
+        lines += [f"    {{ {idx_t} *pos = ({idx_t} *)sc_r->buffers[0]; {crd_t} *crd = ({crd_t} *)sc_r->buffers[1];",
+                  f"      {val_t} *val = ({val_t} *)sc_r->buffers[2];",
+                  "      int64_t nmaj = sc_r->lvl_sizes[0], w = 0, start = 0;",
                   "      for (int64_t a = 0; a < nmaj; a++) { int64_t end = (int64_t)pos[a + 1];",
                   f"        for (int64_t p = start; p < end; p++) if ({_keep(info)}) "
                   "{ crd[w] = crd[p]; val[w] = val[p]; w++; }",
                   f"        start = end; pos[a + 1] = ({idx_t})w; }}",
-                  "      r->lengths[1] = w; r->lengths[2] = w; }"]
+                  "      sc_r->lengths[1] = w; sc_r->lengths[2] = w; }"]
     lines += ["    return 0;", "}", ""]
     fixed = info.get("pattern") is not None
     lines += [f"int {fn}_pattern({ptext}, {lib}_sparse_result *out) {{",
               f"    return {fn}__run({', '.join(n for _, n in params)}, out);", "}", ""]
     lines += [f"int {fn}_values({ptext}, {val_t} *values, int64_t nvalues) {{",
-              f"    {lib}_sparse_result r;",
-              f"    int rc = {fn}__run({', '.join(n for _, n in params)}, &r);",
-              "    if (rc) return rc;",
-              "    int64_t nnz = r.lengths[2];",
-              "    if (nnz != nvalues) rc = 3;"]
+              f"    {lib}_sparse_result sc_r;",
+              f"    int sc_rc = {fn}__run({', '.join(n for _, n in params)}, &sc_r);",
+              "    if (sc_rc) return sc_rc;",
+              "    int64_t sc_nnz = sc_r.lengths[2];",
+              "    if (sc_nnz != nvalues) sc_rc = 3;"]
     if fixed:
         nmaj = _macro(lib, kname, "_NCOLS" if info["layout"] == "csc" else "_NROWS")
         ptr = f"{fn}_{major_name[:3]}_ptr"
         ind = f"{fn}_{'row' if info['layout'] == 'csc' else 'col'}_ind"
-        lines += [f"    else if (r.lvl_sizes[0] != {nmaj} || r.lengths[0] != {nmaj} + 1 || nnz != {_macro(lib, kname, '_NNZ')}",
-                  f"             || memcmp(r.buffers[0], {ptr}, (size_t)({nmaj} + 1) * sizeof({idx_t}))",
-                  f"             || (nnz && memcmp(r.buffers[1], {ind}, (size_t)nnz * sizeof({crd_t})))) rc = 3;"]
-    lines += [f"    if (!rc && nnz) memcpy(values, r.buffers[2], (size_t)nnz * sizeof({val_t}));",
-              f"    {lib}_free_result(&r);", "    return rc;", "}", ""]
+        lines += [f"    else if (sc_r.lvl_sizes[0] != {nmaj} || sc_r.lengths[0] != {nmaj} + 1 || sc_nnz != {_macro(lib, kname, '_NNZ')}",
+                  f"             || memcmp(sc_r.buffers[0], {ptr}, (size_t)({nmaj} + 1) * sizeof({idx_t}))",
+                  f"             || (sc_nnz && memcmp(sc_r.buffers[1], {ind}, (size_t)sc_nnz * sizeof({crd_t})))) sc_rc = 3;"]
+    lines += [f"    if (!sc_rc && sc_nnz) memcpy(values, sc_r.buffers[2], (size_t)sc_nnz * sizeof({val_t}));",
+              f"    {lib}_free_result(&sc_r);", "    return sc_rc;", "}", ""]
     definition = "\n".join(lines)
 
     what = f"the {info['kind']} of '{info['of']}' with respect to {info['wrt']}"

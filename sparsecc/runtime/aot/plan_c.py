@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...errors import SparseccError
 from ...formats import Format
-from .cwrapper import _C_TYPES, _c_kernel, _field_names
+from .cwrapper import _C_TYPES, LOCAL, _c_kernel, _field_names, local_problem
 from .derivative_c import _transposed, _transposes
 
 
@@ -26,6 +26,9 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
     cut = decl.rindex(f"\nint {fn}(")
     doc, proto = decl[:cut], decl[cut + 1:]
     ptext = proto[len(f"int {fn}("):proto.rindex(");")]
+    problem = local_problem(kname, [param.split()[-1].lstrip("*") for param in ptext.split(",")])
+    if problem:
+        raise SparseccError(problem)
     lines = [f" * Runs its plan, fixed at build time from example operands ({len(plan['steps'])} steps):"]
     lines += [f" *   {n}. {s['text']}  [{s['format']}]" for n, s in enumerate(plan["steps"], 1)]
     first_nl = doc.index("\n")
@@ -63,35 +66,42 @@ def planned_c(lib: str, kname: str, spec: dict, plan: dict, step_specs: dict) ->
                                     f"{spec['out_format'] or 'dense'}; build it as one nest (no sc.aot.Planned)")
             args.append("out")
         else:
-            var = f"t{n}"
+            var = f"{LOCAL}t{n}"
             dense = sspec["out_format"] is None
             interm[s["output"]] = (var, dense, {"format": sspec["out_format"], "dtype": sspec["out_dtype"],
                                                 "indices": [s["sizes"][i] for i in sspec["out_indices"]]})
             if dense:
                 ct = _C_TYPES[sspec["out_dtype"]]
-                count = " * ".join(f"(size_t)n_{s['sizes'][i]}" for i in sspec["out_indices"]) or "1"
                 decls.append(f"    {ct} *{var} = NULL;")
-                body += [f"    {var} = malloc(({count}) * sizeof *{var} + 1);",
-                         f"    if (!{var}) {{ rc = 1; goto done; }}"]
+                # the element count checked for overflow (a wrapped product would be a short
+                # buffer the step writes past): a size that does not fit is out of memory
+                body += ["    {", f"        size_t {LOCAL}count = 1; int {LOCAL}ok = 1;"]
+                for i in sspec["out_indices"]:
+                    n_ = f"n_{s['sizes'][i]}"
+                    body.append(f"        if ({n_} < 0 || ({n_} && {LOCAL}count > SIZE_MAX / (size_t){n_})) {LOCAL}ok = 0; "
+                                f"else {LOCAL}count *= (size_t){n_};")
+                body += [f"        if ({LOCAL}ok && {LOCAL}count < (SIZE_MAX - 1) / sizeof *{var}) "
+                         f"{var} = malloc({LOCAL}count * sizeof *{var} + 1);",
+                         "    }", f"    if (!{var}) {{ {LOCAL}rc = 1; goto done; }}"]
                 teardown.append(f"    free({var});")
                 args.append(var)
             else:
                 decls.append(f"    {lib}_sparse_result {var}; memset(&{var}, 0, sizeof {var});")
                 teardown.append(f"    {lib}_free_result(&{var});")
                 args.append(f"&{var}")
-        call = f"rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */"
+        call = f"{LOCAL}rc = {lib}_{s['kernel']}({', '.join(args)});   /* {s['text']} */"
         if block:
             body += ["    {", *block, "    " + call, *after, "    }"]
         else:
             body.append("    " + call)
-        body.append("    if (rc) goto done;")
+        body.append(f"    if ({LOCAL}rc) goto done;")
         for x, m in last_use.items():        # intermediates no later step reads: freed now
             if m == n and x in interm:
                 var, dense, _ = interm[x]
                 body.append(f"    free({var}); {var} = NULL;" if dense else f"    {lib}_free_result(&{var});")
     # the transposes (setup) allocate before any step runs: one that fails returns at once
-    definition = "\n".join([f"int {fn}({ptext}) {{", "    int rc = 0;", *decls, *setup, *body, "done:",
-                            *teardown, "    return rc;", "}", ""])
+    definition = "\n".join([f"int {fn}({ptext}) {{", f"    int {LOCAL}rc = 0;", *decls, *setup, *body, "done:",
+                            *teardown, f"    return {LOCAL}rc;", "}", ""])
     return doc + "\n" + proto, definition
 
 
@@ -111,7 +121,7 @@ def _intermediate_args(var: str, made: dict, op: dict, kname: str, key: str, blo
         block.append(f"    const {t} *{cname} = {var}.buffers[{b}];")
     user = {"name": var, "format": made["format"], "dtype": made["dtype"], "indices": made["indices"]}
     s, t, args = _transposed(user, dict(op, indices=made["indices"]), f"{var}x_")
-    block += [line.replace("return 1;", "rc = 1; goto done;") for line in s]
+    block += [line.replace("return 1;", f"{LOCAL}rc = 1; goto done;") for line in s]
     after += t
     return args
 
@@ -132,7 +142,7 @@ def _operand_args(user: dict, op: dict, kname: str, key: str, transposed: dict, 
                             f"wrapper cannot make from the {user['format']} it takes; build the kernel as one "
                             f"nest (no sc.aot.Planned)")
     if key not in transposed:
-        s, t, args = _transposed(user, dict(op, indices=user["indices"]), f"p{len(transposed)}_")
+        s, t, args = _transposed(user, dict(op, indices=user["indices"]), f"{LOCAL}p{len(transposed)}_")
         # an allocation that fails returns at once: the operands transposed before it are freed
         # first (the intermediates are allocated after every transpose)
         earlier = " ".join(line.strip() for line in teardown)
