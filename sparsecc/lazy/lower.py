@@ -76,6 +76,8 @@ class _Lowering:
             return False
         readers = self._readers(n)
         if n.kind in ("contract", "reduce"):
+            if n.kind == "contract" and self._epilogue(n, readers):
+                return False
             return n.kind == "reduce" or len(self.parents.get(id(n), [])) > 1 or \
                 builtins.any(r.kind != "contract" for r in readers)
         # element-wise: its own statement where a product of several arrays reads it and it is
@@ -83,6 +85,30 @@ class _Lowering:
         products = [r for r in readers if r.kind == "contract"
                     and builtins.sum(isinstance(k, LazyArray) and k.op != "select" for k in r.kids) > 1]
         return bool(products) and not self._is_factor(n)
+
+    def _epilogue(self, n, readers) -> bool:
+        """Whether the contraction ``n`` - a sparse matrix times dense vectors, a dense vector -
+        is inlined into its one reader, an element-wise node of its shape over constants and
+        dense arrays (``(1 - d) / n + d * (A.T @ x)``: one statement, the scatter or SpMV
+        kernel's final pass computes the reader; docs/lazy.md, What fuses)."""
+        if n.ndim != 1 or len(self.parents.get(id(n), [])) != 1 or len(readers) != 1:
+            return False            # (a vector result is dense whatever its operands: the rules)
+        reader = readers[0]
+        if reader.kind not in ("binary", "unary") or reader.shape != n.shape:
+            return False
+        kids = [k.kids[0] if isinstance(k, LazyArray) and k.kind == "perm" else k for k in n.kids]
+        mats = [k for k in kids if isinstance(k, LazyArray) and k.sparse]
+        if len(mats) != 1 or mats[0].kind != "leaf" or mats[0].op == "select" or mats[0].ndim != 2:
+            return False
+        return builtins.all(k is n or self._plain(k) for k in reader.kids)
+
+    def _plain(self, k) -> bool:
+        """Constants and element-wise chains of dense leaves (nothing that makes a statement)."""
+        if isinstance(k, Const):
+            return True
+        if k.sparse or k.kind not in ("leaf", "binary", "unary") or id(k) in self._out_ids:
+            return False
+        return k.kind == "leaf" or builtins.all(self._plain(c) for c in k.kids)
 
     def _is_factor(self, n) -> bool:
         if isinstance(n, Const) or n.kind in ("leaf", "contract"):

@@ -20,11 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes as dt
-from ...expr import Access, Reduce, Statement
+import numpy as np
+
+from ...expr import Access, Binary, Const, Expr, Reduce, Statement, Stored, Unary, Where, accesses, children, fold, \
+    infer_dtypes, walk
 from ...formats import Format
 from ...kernel_abi import TargetFacts
+from ..regions import Body
 from .emit import Text, arith, csr_params, ity, kernel_head, loop, module, zero
-from .recognize import factors, index_order, is_compressed, one_kind, plain_sum
+from .recognize import index_order, is_compressed, one_kind, plain_sum
 
 _KINDS = ("float", "int", "complex")
 #: a block (and its accumulator of n entries) per this many entries per result entry: the
@@ -39,29 +43,98 @@ MAX_BLOCKS = 8
 class ScatterPlan:
     kind: str                       # "scatter"
     sparse: str                     # A's operand name
-    vectors: tuple[str, ...]        # dense vectors over r, in the product's order
-    scalars: tuple[str, ...]        # 0-d operands, in the product's order
+    vectors: tuple[str, ...]        # dense operands over r (read in the row factor)
+    scalars: tuple[str, ...]        # 0-d operands
     order: tuple[int, int]
     index_order: tuple[str, ...]
     r: str                          # the reduced index (A's stored outer dimension)
     c: str                          # the result's index
+    row: Expr | None = None         # the row factor: the body's product without A (None: 1)
+    post: Expr | None = None        # the result's expression of the sum (Access(SUM, (c,))), None: the sum
+    columns: tuple[str, ...] = ()   # dense operands over c (read in ``post``)
+
+
+#: the sum's placeholder in :attr:`ScatterPlan.post`
+SUM = "%sum"
+#: nodes a row factor or a post expression may hold (element-wise over dense operands)
+_ELEMENTWISE = (Access, Const, Unary, Binary, Where, Stored)
+
+
+def _split(e) -> tuple[Reduce, object] | None:
+    """The one reduction of ``e`` and ``e`` with it replaced by ``Access(SUM, ())`` (its
+    indices fixed by the caller), or None (no reduction, or several)."""
+    found = [n for n in walk(e) if isinstance(n, Reduce)]
+    if len(found) != 1:
+        return None
+    red = found[0]
+
+    def sub(n):
+        if n is red:
+            return Access(SUM, ())
+        kids = children(n)
+        if not kids:
+            return n
+        new = tuple(sub(k) for k in kids)
+        if isinstance(n, Unary):
+            return Unary(n.fn, new[0])
+        if isinstance(n, Binary):
+            return Binary(n.op, *new)
+        if isinstance(n, Where):
+            return Where(*new)
+        return Stored(new[0]) if isinstance(n, Stored) else None
+    post = sub(e)
+    return (red, post) if post is not None and all(isinstance(n, _ELEMENTWISE) for n in walk(post)) else None
+
+
+def _product(e) -> list | None:
+    """The terms of a product ``t1 * t2 * ...`` (not split below other operators)."""
+    if isinstance(e, Binary) and e.op == "*":
+        left, right = _product(e.left), _product(e.right)
+        return left + right
+    return [e]
+
+
+def _over(e, fmts: dict, ix: str) -> set | None:
+    """The dense operands ``e`` reads at ``[ix]`` (0-d ones too), None if ``e`` is not
+    element-wise over dense operands read at ``[ix]`` or ``[]``."""
+    if not all(isinstance(n, _ELEMENTWISE) for n in walk(e)):
+        return None
+    names = set()
+    for a in accesses(e):
+        if a.tensor == SUM:
+            continue
+        f = fmts.get(a.tensor)
+        if f is None or not f.is_dense or f.block is not None or a.indices not in ((ix,), ()):
+            return None
+        names.add(a.tensor)
+    return names
+
+
+def _times(terms: list):
+    out = None
+    for x in terms:
+        out = x if out is None else Binary("*", out, x)
+    return out
 
 
 def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
           out_format: Format | None) -> ScatterPlan | None:
-    """The scatter kernel's plan for this specialization, or None."""
+    """The scatter kernel's plan for this specialization, or None: ``y[c] = post(sum[r](A[r,c]
+    * row))``, ``row`` and ``post`` element-wise over dense operands read at ``[r]`` (and
+    ``[]``), ``[c]`` (and ``[]``); the result has the operands' dtype."""
     if len(stmt.indices) != 1 or (out_format is not None and not out_format.is_dense) or \
             not one_kind(dtypes, _KINDS):
         return None
-    e = stmt.expr
-    if not (isinstance(e, Reduce) and plain_sum(e, 1)):
+    split = _split(fold(stmt.expr))
+    if split is None:
+        return None
+    e, post = split
+    if not plain_sum(e, 1):
         return None
     r, (c,) = e.indices[0], stmt.indices
-    facs = factors(e.body)
-    if facs is None or len({a.tensor for a in facs}) != len(facs) or set(a.tensor for a in facs) != set(stmt.operands):
-        return None
     fmts = dict(zip(stmt.operands, formats))
-    mats = [a for a in facs if len(a.indices) == 2]
+    terms = _product(e.body)
+    mats = [a for a in terms if isinstance(a, Access) and len(a.indices) == 2]
     if len(mats) != 1:
         return None
     A = mats[0]
@@ -70,20 +143,46 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
         return None
     if (A.indices[order[0]], A.indices[order[1]]) != (r, c):
         return None
-    vectors, scalars = [], []
-    for a in facs:
-        if a is A:
-            continue
-        f = fmts[a.tensor]
-        if not f.is_dense or f.block is not None:
+    rest = [x for x in terms if x is not A]
+    row_names = _over(_times(rest), fmts, r) if rest else set()
+    post_names = _over(post, fmts, c)
+    if row_names is None or post_names is None or A.tensor in row_names | post_names:
+        return None
+    post = _fix(post, c)
+    if isinstance(post, Access):                          # the plain sum
+        post = None
+    else:
+        fake = Statement(stmt.output, stmt.indices, post, stmt.operands)
+        types = {k: np.dtype(v) for k, v in zip(stmt.operands, dtypes)} | {SUM: np.dtype(dtypes[0])}
+        if infer_dtypes(fake, types)[post] != np.dtype(dtypes[0]):      # (an int sum made float)
             return None
-        if a.indices == (r,):
-            vectors.append(a.tensor)
-        elif a.indices == ():
-            scalars.append(a.tensor)
-        else:
+    if rest:
+        fake = Statement(stmt.output, (r,), _times(rest), stmt.operands)
+        got = infer_dtypes(fake, {k: np.dtype(v) for k, v in zip(stmt.operands, dtypes)})[fake.expr]
+        if got != np.dtype(dtypes[0]):
             return None
-    return ScatterPlan("scatter", A.tensor, tuple(vectors), tuple(scalars), order, index_order(stmt), r, c)
+    ops = [o for o in stmt.operands if o != A.tensor]
+    vectors = tuple(o for o in ops if o in row_names and fmts[o].rank == 1)
+    columns = tuple(o for o in ops if o in post_names and fmts[o].rank == 1)
+    scalars = tuple(o for o in ops if fmts[o].rank == 0)
+    if set(vectors) & set(columns) or set(vectors) | set(columns) | set(scalars) != set(ops):
+        return None             # (a vector read at [r] and at [c]: a square A's, not this kernel's)
+    return ScatterPlan("scatter", A.tensor, vectors, scalars, order, index_order(stmt), r, c,
+                       _times(rest) if rest else None, post, columns)
+
+
+def _fix(e, c: str):
+    """``e`` with the sum's placeholder read at ``[c]``."""
+    if isinstance(e, Access):
+        return Access(SUM, (c,)) if e.tensor == SUM else e
+    kids = tuple(_fix(k, c) for k in children(e))
+    if isinstance(e, Unary):
+        return Unary(e.fn, *kids)
+    if isinstance(e, Binary):
+        return Binary(e.op, *kids)
+    if isinstance(e, Where):
+        return Where(*kids)
+    return Stored(*kids) if isinstance(e, Stored) else e
 
 
 def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, parallel: bool,
@@ -92,13 +191,13 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     row = dt.TABLE[dtype]
     T = row.storage
     fa = formats[plan.sparse]
-    pw, cw = fa.pos_width, fa.crd_width
+    pw = fa.pos_width
     params = [f"%size_{ix}: index" for ix in plan.index_order]
     slot = {op: k for k, op in enumerate(formats)}     # (operand names need not be MLIR names)
     for op, f in formats.items():
         if op == plan.sparse:
             params += csr_params("A", f, T)
-        elif op in plan.vectors:
+        elif op in plan.vectors or op in plan.columns:
             params.append(f"%x{slot[op]}: memref<?x{T}>")
         else:
             params.append(f"%s{slot[op]}: memref<{T}>")
@@ -109,16 +208,34 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     # A's stored outer dimension (the reduced index) has m entries, the result n
     m, n = f"%size_{plan.r}", f"%size_{plan.c}"
     t(f"%zero = {zero(row)}")
-    scal = [t.op(f"memref.load %s{slot[s]}[] : memref<{T}>") for s in plan.scalars]
+    scal = {s: t.op(f"memref.load %s{slot[s]}[] : memref<{T}>") for s in plan.scalars}
+    types = {op: np.dtype(dtype) for op in formats} | {SUM: np.dtype(dtype)}
+    body = Body({}, sparse_loop=False)
+    body.prefix = "e"
+    const_at = len(t.lines)
+
+    def value(e, at: str, extra: dict) -> str:
+        """``e``'s value with its vectors read at ``at``."""
+        body.node_dtypes = infer_dtypes(Statement("y", (), e, tuple(types)), types)
+        body.lines = []
+        body.args = {}
+        for a in accesses(e):
+            if a.tensor in extra:
+                body.args[a] = extra[a.tensor]
+            elif a.indices:
+                body.args[a] = t.op(f"memref.load %x{slot[a.tensor]}[{at}] : memref<?x{T}>")
+            else:
+                body.args[a] = scal[a.tensor]
+        v = body.value(e, row)
+        t.lines.extend(body.lines)
+        return v
 
     def row_scale(r: str) -> str | None:
-        s = None
-        for v in plan.vectors:
-            x = t.op(f"memref.load %x{slot[v]}[{r}] : memref<?x{T}>")
-            s = x if s is None else t.op(arith(row, "*", s, x))
-        for x in scal:
-            s = x if s is None else t.op(arith(row, "*", s, x))
-        return s
+        return None if plan.row is None else value(plan.row, r, {})
+
+    def finish(c: str, s: str) -> str:
+        """The result at ``c`` from its sum ``s``."""
+        return s if plan.post is None else value(plan.post, c, {SUM: s})
 
     def scatter_rows(lo: str, hi: str, acc: str, base: str | None) -> None:
         t(f"scf.for %r = {lo} to {hi} step %c1 {{")
@@ -126,7 +243,7 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
         phi = t.load_index("%A_pos", t.op("arith.addi %r, %c1 : index"), pw)
         s = row_scale("%r")
         t(f"scf.for %p = {plo} to {phi} step %c1 {{")
-        col = t.load_index("%A_crd", "%p", cw)
+        col = t.load_index("%A_crd", "%p", fa.crd_width)
         at = col if base is None else t.op(f"arith.addi {base}, {col} : index")
         v = t.op(f"memref.load %A_val[%p] : memref<?x{T}>")
         if s is not None:
@@ -141,6 +258,12 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
         t(f"  memref.store %zero, %out_m[%c] : memref<?x{T}>")
         t("}")
         scatter_rows("%c0", m, "%out_m", None)
+        if plan.post is not None:          # the result's expression: one pass over the sums
+            opening, closing = loop(parallel, "%c", "%c0", n)
+            t(opening)
+            y = t.op(f"memref.load %out_m[%c] : memref<?x{T}>")
+            t(f"memref.store {finish('%c', y)}, %out_m[%c] : memref<?x{T}>")
+            t(closing)
 
     # the blocks: as many as the entries pay for (their accumulators cost 2 x n), at most
     # MAX_BLOCKS - from the operand alone, so every thread count (and the serial kernel) sums
@@ -155,14 +278,15 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     t(f"scf.if {one} {{")
     serial()
     t("} else {")
-    _blocks(t, nb, m, n, pw, T, scatter_rows, p0, total, parallel)
+    _blocks(t, nb, m, n, pw, T, scatter_rows, p0, total, parallel, finish)
     t("}")
     t("return")
+    t.lines[const_at:const_at] = body.hoisted
     return module([], head, t.lines)
 
 
 def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows, p0: str, total: str,
-            parallel: bool) -> None:
+            parallel: bool, finish) -> None:
     """``nb`` blocks of rows of about equal entries, each into its own accumulator, then
     the accumulators summed in block order."""
     nb1 = t.op(f"arith.addi {nb}, %c1 : index")
@@ -225,7 +349,7 @@ def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows, p0:
     x = t.op(f"memref.load %ws[{at}] : memref<?x{T}>")
     t(f"scf.yield {t.op(_add(T, '%a', x))} : {T}")
     t("}")
-    t(f"memref.store {s}, %out_m[%c] : memref<?x{T}>")
+    t(f"memref.store {finish('%c', s)}, %out_m[%c] : memref<?x{T}>")
     t(closing)
     t(f"memref.dealloc %ws : memref<?x{T}>")
     t("memref.dealloc %brow : memref<?xindex>")
