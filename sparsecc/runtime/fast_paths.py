@@ -59,7 +59,7 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
                          lambda parallel: scatter.emit(plan, fmts, None, dtype, parallel, facts), False,
-                         fills_output=True, out_rank=1)
+                         fills_output=True, out_rank=1, guarded=scatter.guarded(plan, stmt, formats))
         plan = masked_sum.match(stmt, formats, dtypes, out_format)
         if plan is not None:    # ij,jk,ik-> (triangles): rows in parallel, the row sums added in order
             return Route(plan.kind, tuple(plan.index_order),

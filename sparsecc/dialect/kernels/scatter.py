@@ -5,8 +5,8 @@ a CSR ``A``: PageRank's step), times dense vectors indexed by ``r`` and 0-d oper
 stored row scatters into the result, which the sparsifier does serially.  Here:
 
 * one block: ``y`` is zeroed, then each row ``r`` adds ``A[r,c] * (x[r] * ...)`` to ``y[c]``;
-* with ``P`` blocks (``P`` = stored entries / (16 x result entries), at most 8: as many
-  as their accumulators pay for), the rows are cut into ``P`` blocks of about equal stored
+* with ``P`` blocks (``P`` the largest power of two, at most 8, not above stored entries /
+  (3 x result entries): as many as their accumulators pay for), the rows are cut into ``P`` blocks of about equal stored
   entries (a binary search of the positions); block ``b`` scatters into its own zeroed
   accumulator (block 0's is ``y``; ``scf.parallel`` over the blocks: one per thread), then
   ``y[c]`` adds the other accumulators' ``c`` in block order (``scf.parallel`` over ``c``).
@@ -19,22 +19,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import dtypes as dt
 import numpy as np
 
+from ... import dtypes as dt
 from ...expr import Access, Binary, Const, Expr, Reduce, Statement, Stored, Unary, Where, accesses, children, fold, \
     infer_dtypes, walk
 from ...formats import Format
 from ...kernel_abi import TargetFacts
 from ..regions import Body
-from .emit import Text, arith, csr_params, ity, kernel_head, loop, module, zero
+from .emit import FLAG_CALL, FLAG_DECL, Text, arith, csr_params, ity, kernel_head, loop, module, set_flag, zero
 from .recognize import index_order, is_compressed, one_kind, plain_sum
 
 _KINDS = ("float", "int", "complex")
-#: a block (and its accumulator of n entries) per this many entries per result entry: the
-#: accumulators' zeroing, fresh pages and sum cost more than a second thread gains below it
-#: (PageRank's R-MAT 2^18, 7.7 entries per column: 10.8 ms in 3 blocks vs 6.6 ms in one, 1 thread)
-ENTRIES_PER_COLUMN = 16
+#: a block (and its accumulator of n entries) per this many entries per result entry: an
+#: accumulator costs its zeroing and its read in the final pass (16 bytes a column), a block
+#: at least 3 entries a column (12 bytes each and a read-modify-write of the accumulator);
+#: PageRank's R-MAT 2^18 (7.7 entries a column) runs in 2 blocks, a second thread halves it
+ENTRIES_PER_COLUMN = 3
 #: the most blocks (the most threads the kernel keeps busy)
 MAX_BLOCKS = 8
 
@@ -171,6 +172,16 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
                        _times(rest) if rest else None, post, columns)
 
 
+def guarded(plan: ScatterPlan, stmt: Statement, formats: tuple[Format, ...]) -> tuple[int, ...]:
+    """The kernel argument position of A's coordinates (which the kernel range-checks)."""
+    at = len(plan.index_order)
+    for op, f in zip(stmt.operands, formats):
+        if op == plan.sparse:
+            return (at + f.fields().index(("crd", 1)),)
+        at += 1 if f.is_dense else len(f.fields()) + 1
+    return ()
+
+
 def _fix(e, c: str):
     """``e`` with the sum's placeholder read at ``[c]``."""
     if isinstance(e, Access):
@@ -208,6 +219,18 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     # A's stored outer dimension (the reduced index) has m entries, the result n
     m, n = f"%size_{plan.r}", f"%size_{plan.c}"
     t(f"%zero = {zero(row)}")
+    t("%one32 = arith.constant 1 : i32")
+    t(f"%flag = {FLAG_CALL}")
+
+    def report(bad: str) -> None:
+        t(f"scf.if {bad} {{")
+        t("  " + set_flag("%one32", "%flag"))
+        t("}")
+
+    # no result entries: no row is scattered (any stored entry is out of range)
+    live = t.op(f"arith.cmpi ugt, {n}, %c0 : index")
+    t(f"%nmax = arith.subi {t.op(f'arith.maxui {n}, %c1 : index')}, %c1 : index")
+    rows = t.op(f"arith.select {live}, {m}, %c0 : index")
     scal = {s: t.op(f"memref.load %s{slot[s]}[] : memref<{T}>") for s in plan.scalars}
     types = {op: np.dtype(dtype) for op in formats} | {SUM: np.dtype(dtype)}
     body = Body({}, sparse_loop=False)
@@ -242,22 +265,28 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
         plo = t.load_index("%A_pos", "%r", pw)
         phi = t.load_index("%A_pos", t.op("arith.addi %r, %c1 : index"), pw)
         s = row_scale("%r")
-        t(f"scf.for %p = {plo} to {phi} step %c1 {{")
+        # each coordinate clamped below n (no access leaves the accumulator), the row's
+        # unsigned maximum compared once: an out-of-range one sets the call's flag
+        mx = t.fresh("mx")
+        t(f"{mx} = scf.for %p = {plo} to {phi} step %c1 iter_args(%hi = %c0) -> (index) {{")
         col = t.load_index("%A_crd", "%p", fa.crd_width)
-        at = col if base is None else t.op(f"arith.addi {base}, {col} : index")
+        safe = t.op(f"arith.minui {col}, %nmax : index")
+        at = safe if base is None else t.op(f"arith.addi {base}, {safe} : index")
         v = t.op(f"memref.load %A_val[%p] : memref<?x{T}>")
         if s is not None:
             v = t.op(arith(row, "*", v, s))
         old = t.op(f"memref.load {acc}[{at}] : memref<?x{T}>")
         t(f"memref.store {t.op(arith(row, '+', old, v))}, {acc}[{at}] : memref<?x{T}>")
+        t(f"scf.yield {t.op(f'arith.maxui %hi, {col} : index')} : index")
         t("}")
+        report(t.op(f"arith.cmpi ugt, {mx}, %nmax : index"))
         t("}")
 
     def serial() -> None:
         t(f"scf.for %c = %c0 to {n} step %c1 {{")
         t(f"  memref.store %zero, %out_m[%c] : memref<?x{T}>")
         t("}")
-        scatter_rows("%c0", m, "%out_m", None)
+        scatter_rows("%c0", rows, "%out_m", None)
         if plan.post is not None:          # the result's expression: one pass over the sums
             opening, closing = loop(parallel, "%c", "%c0", n)
             t(opening)
@@ -270,11 +299,18 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     # in the same order
     p0 = t.load_index("%A_pos", "%c0", pw)
     total = t.op(f"arith.subi {t.load_index('%A_pos', m, pw)}, {p0} : index")
-    per = t.op(f"arith.muli {t.op(f'arith.maxui {n}, %c1 : index')}, {t.op(f'arith.constant {ENTRIES_PER_COLUMN} : index')} : index")
+    per = t.op(f"arith.muli {t.op(f'arith.maxui {n}, %c1 : index')}, "
+               f"{t.op(f'arith.constant {ENTRIES_PER_COLUMN} : index')} : index")
     want = t.op(f"arith.divui {total}, {per} : index")
-    nb = t.op(f"arith.minui {t.op(f'arith.maxui {want}, %c1 : index')}, "
-              f"{t.op(f'arith.constant {MAX_BLOCKS} : index')} : index")
-    one = t.op(f"arith.cmpi ule, {nb}, %c1 : index")
+    nb = "%c1"
+    for p in (2, 4, 8):         # a power of two: as many blocks for each of 2, 4, 8 threads
+        if p > MAX_BLOCKS:
+            break
+        cp = t.op(f"arith.constant {p} : index")
+        nb = t.op(f"arith.select {t.op(f'arith.cmpi uge, {want}, {cp} : index')}, {cp}, {nb} : index")
+    dead = t.op(f"arith.cmpi eq, {n}, %c0 : index")
+    report(t.op(f"arith.andi {dead}, {t.op(f'arith.cmpi ugt, {total}, %c0 : index')} : i1"))
+    one = t.op(f"arith.ori {t.op(f'arith.cmpi ule, {nb}, %c1 : index')}, {dead} : i1")
     t(f"scf.if {one} {{")
     serial()
     t("} else {")
@@ -282,7 +318,7 @@ def emit(plan: ScatterPlan, formats: dict, out: Format | None, dtype: str, paral
     t("}")
     t("return")
     t.lines[const_at:const_at] = body.hoisted
-    return module([], head, t.lines)
+    return module([FLAG_DECL], head, t.lines)
 
 
 def _blocks(t: Text, nb: str, m: str, n: str, pw: int, T: str, scatter_rows, p0: str, total: str,
