@@ -128,6 +128,12 @@ def _cases() -> list[tuple]:
             cases.append(("einsum", text, fmts, (dtype,) * 2, None))
     cases.append(("notation", "y[i] = sum[j](A[j,i] * (x[j] * w[j]))", (("csr", 32, 32), ("dense", 1), ("dense", 1)),
                   ("float64",) * 3, None))
+    # the scatter with a row factor and an expression of the sum (PageRank's step, a bias)
+    for dtype in ("float64", "int64"):
+        cases.append(("notation", "y[i] = 3 + 2 * sum[j](A[j,i] * (x[j] * w[j]))",
+                      (("csr", 32, 32), ("dense", 1), ("dense", 1)), (dtype,) * 3, None))
+    cases.append(("notation", "y[i] = max(b[i] - sum[j](A[i,j] * (x[j] - w[j]) * s), 0.0)",
+                  (("dense", 1), ("csc", 64, 64), ("dense", 1), ("dense", 1), ("dense", 0)), ("float64",) * 5, None))
     return cases
 
 
