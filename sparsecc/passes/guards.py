@@ -14,35 +14,25 @@ by memory.  So the check is per block of rows instead.  The kernel's row loop (a
 over the positions ``pos[i] .. pos[i+1]`` of the level below) becomes a loop over blocks of
 whole rows of about :data:`COST` rows plus stored entries each (each block finds its first
 and last row by a binary search in ``pos``, so a thread's share follows the stored entries,
-not the row count: R-MAT's long rows).  Inside a block, the positions checked so far end at
-``q``; a row that ends past ``q`` first takes the unsigned max of the next :data:`CHUNK`
-coordinates (or up to its own end, for a longer row) in one tight loop that LLVM vectorizes
-(those 2 KB then sit in L1 for the rows that read them), and a row runs only when every
-coordinate up to its end was below the size of every buffer dimension the coordinates index::
+not the row count: R-MAT's long rows).  Each block first takes the unsigned max of its
+coordinates ``crd[pos[r0] .. pos[r1]]`` (one tight loop; the coordinates then sit in the
+L1/L2 cache for the rows' own loop, so memory sees them once), and runs its rows only when
+the max is below the size of every buffer dimension the coordinates index::
 
     for b in range(ceil((rows + entries) / COST)):       // the parallel loop, 1 block per chunk
         r0, r1 = the first rows whose cost (i - lb) + (pos[i] - pos[lb]) reaches b*COST, (b+1)*COST
-        prefetch(values[p]) for p in pos[r0] .. pos[r1], one per cache line (2^20+ entries only)
-        q, bad = pos[r0], false
-        for i in r0 .. r1:
-            if pos[i+1] > q:
-                e = min(max(q + CHUNK, pos[i+1]), pos[r1])
-                bad |= not max(crd[p] for p in q .. e) < dim(x, 0)   // unsigned: a negative one is huge
-                q = e
-            if not bad: <the original body>
-        if bad: *flag = 1
+        prefetch(values[p]) for p in pos[r0] .. pos[r1], one per cache line
+        m = max(crd[p] for p in pos[r0] .. pos[r1])      // unsigned: a negative one is huge
+        if pos[r0] < pos[r1] and not m < dim(x, 0): *flag = 1
+        else: for i in r0 .. r1: <the original body>
 
-The block's values are prefetched first only for row loops of 2^20+ stored entries
-(:data:`PREFETCH_MIN_ENTRIES`): out of the cache, a scan that read only the coordinates left
-the values to a second memory phase, 15-25% of a 1-thread SpMV on Poisson 3-D
-(``docs/performance.md``); in the cache the prefetch loop only costs time.  The scan used to
-cover the whole block before its rows, with each row prefetching the next block's coordinates:
-1.36x / 1.30x SciPy's loop at 5k / 50k rows against 1.09x / 1.21x now (C harness over the
-kernel libraries, ``benchmarks/spmv_harness.c``).
+The scan also prefetches the block's lines of every other buffer the rows' loop reads at the
+same positions (a CSR's values): a scan that read only the coordinates left the values to a
+second memory phase, 15-25% of a 1-thread SpMV on Poisson 3-D (``docs/performance.md``).
 
 Each row is still computed by one thread in its own order: results are bit-identical for any
-thread count.  A row whose coordinates (or an earlier row's in its block) include a bad one
-does not run, nor does any later row of its block, so no access ever leaves its buffer (the output is the kernel's own fresh buffer; the call raises instead of
+thread count.  A block with a bad coordinate runs none of its rows, so no access ever leaves
+its buffer (the output is the kernel's own fresh buffer; the call raises instead of
 returning it).  ``flag`` comes from ``sparsecc_index_flag()``, called once at the start of
 the function (in the caller's thread; OpenMP workers share the pointer): the checked entry
 (``runtime/entry.py oom_entry_ir``) gives each call its own flag and returns 2 when it was
@@ -67,21 +57,15 @@ from __future__ import annotations
 from ..kernel_abi import FLAG_FUNCTION, SELF_CHECKED
 from .rewrites import InternalError, _slots
 
-VERSION = ("guard_coordinates 10 (blocks of equal rows + entries; the scan's max in the coordinates' width; "
-           "the block's values prefetched only for loops of 2^20+ entries; inside a block, a row ending past "
-           "the checked positions scans the next CHUNK of them first)")
+VERSION = ("guard_coordinates 9 (blocks of equal rows + entries; the scan's max in the coordinates' width; "
+           "the block's values prefetched only for loops of 2^20+ entries; each row prefetches the next "
+           "block's coordinates and values at its offset)")
 # FLAG_FUNCTION (the function, defined by the checked entry, that returns this call's flag) and
 # SELF_CHECKED (a kernel function's attribute: the coordinate arguments it range-checks itself,
 # reported with the guarded ones) live in sparsecc/kernel_abi.py, shared with dialect/kernels/
 #: the rows plus stored entries of one checked block (blocks hold whole rows: a row longer
 #: than this is a block of its own)
 COST = 8192
-
-#: the positions one scan inside a block checks ahead of the rows (or to the end of a longer
-#: row): 2 KB of 32-bit coordinates, read again from L1 by the rows that follow.  C harness
-#: over the kernel libraries, 1 thread, 10 entries a row: 128-2048 all within 3% of each other
-#: at 50k rows, 512-2048 best at 5k
-CHUNK = 512
 
 #: the prefetch of the values runs only when the row loop has at least this many stored
 #: entries (12-16 MB of values and coordinates): below, the data comes from the cache,
@@ -404,9 +388,39 @@ def _prefetch(streams, plo, phi, big) -> None:
             scf.YieldOp([])
 
 
-def _scan(crd, chain, plo, phi, zero, one):
-    """The unsigned max of ``crd[plo .. phi]`` after the cast ``chain``: one loop that LLVM
-    vectorizes.
+def _prefetch_next(inner, pos, plo, phi, mems, last_of, loc) -> None:
+    """At each row ``i`` of a block ``plo .. phi``, prefetch ``mem[pos[i] + (phi - plo)]`` (and
+    the line after for 8-byte elements): the next block's coordinates at the same offset,
+    which its scan then finds in the cache while this block computes (one or two
+    instructions a row; a prefetch never faults nor changes a result)."""
+    from mlir import ir
+    from mlir.dialects import arith, memref, scf
+    index = ir.IndexType.get()
+    body = inner.regions[0].blocks[0]
+    first = list(body.operations)[0]
+    with ir.InsertionPoint(first), loc:
+        span = arith.subi(phi, plo)
+        some = arith.cmpi(arith.CmpIPredicate.ugt, span, arith.constant(index, 0))
+        branch = scf.IfOp(some)
+        with ir.InsertionPoint(branch.then_block):
+            at = arith.addi(_to_index(memref.load(pos, [inner.induction_variable])), span)
+            for mem in mems:
+                last = next(x for m, x in last_of if m == mem)
+                per_line = elements_per_line(ir.MemRefType(mem.type).element_type)
+                for k in range(max(1, 16 // per_line)):
+                    q = arith.minui(arith.addi(at, arith.constant(index, k * per_line)), last) if k else \
+                        arith.minui(at, last)
+                    memref.PrefetchOp(mem, [q], False, 3, True)
+            scf.YieldOp([])
+
+
+def _scan(crd, chain, plo, phi, streams, big, zero, one):
+    """The unsigned max of ``crd[plo .. phi]`` after the cast ``chain``, after a loop of
+    software prefetches of every cache line of ``streams[plo .. phi]`` when ``big`` (the
+    scan itself stays one loop that LLVM vectorizes).  A separate scan that reads only the
+    coordinates leaves the values to be fetched afterwards by the rows' own loop, a second
+    memory phase that does not overlap the first: 15-25% of a 1-thread SpMV on Poisson 3-D
+    (``docs/performance.md``).  Prefetches never fault, and the results do not depend on them.
 
     The max is taken in the coordinates' own width and cast once after: every cast the
     kernel applies (zero or sign extension, index casts) keeps the unsigned order, a negative
@@ -416,6 +430,7 @@ def _scan(crd, chain, plo, phi, zero, one):
     from mlir.dialects import arith, memref, scf
     index = ir.IndexType.get()
 
+    _prefetch(streams, plo, phi, big)
     element = ir.MemRefType(crd.type).element_type
     narrow = chain and all(c.name in ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui")
                            for c in chain) and _is_integer(element)
@@ -436,7 +451,7 @@ def _scan(crd, chain, plo, phi, zero, one):
 
 def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
     """Rewrite row loop ``L`` into blocks of rows of about :data:`COST` rows plus stored
-    entries each, whose rows run once their coordinates are checked, :data:`CHUNK` at a time."""
+    entries each, each block checked first."""
     from mlir import ir
     from mlir.dialects import arith, llvm, memref, scf
     index, i32, i1, i64 = (ir.IndexType.get(), ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1),
@@ -454,7 +469,6 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
     with ir.InsertionPoint(top), loc:
         zero, one = arith.constant(index, 0), arith.constant(index, 1)
         cost = arith.constant(index, COST)
-        piece = arith.constant(index, CHUNK)
         true, false = arith.constant(i1, 1), arith.constant(i1, 0)
         one32 = arith.constant(i32, 1)
         dims = []
@@ -464,6 +478,9 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
                     if not any(m == mem and dd == d for m, dd, _ in dims):
                         dims.append((mem, d, memref.dim(mem, arith.constant(index, d))))
         chunk = arith.constant(i64, 1)
+        last_of = []         # (buffer, its last position): the next block's prefetches
+        for mem in [ld.operands[0] for ld, _ in guards[:1]] + _streams(F, guards, block, top):
+            last_of.append((mem, arith.subi(memref.dim(mem, zero), one)))
     # the number of blocks: the loop's rows plus their stored entries, over COST
     with ir.InsertionPoint(anchor), loc:
         trip = arith.subi(ub, lb)
@@ -487,45 +504,38 @@ def _strip_mine(L, F, pos, guards, flag, block, loc) -> None:
         end = _lower_bound(pos, lb, ub, plb, arith.addi(t0, cost))
         plo = _to_index(memref.load(pos, [first]))
         phi = _to_index(memref.load(pos, [end]))
-        _prefetch(_streams(F, guards, block, top), plo, phi, big)
-        # the block's rows, each run once every coordinate up to its end is checked: the
-        # checked positions end at q; a row ending past q first scans the next CHUNK
-        # positions (or to the row's end), which then sit in L1 for the rows that read them
-        inner = scf.ForOp(first, end, one, [plo, false])
-        with ir.InsertionPoint(inner.body):
-            r = inner.induction_variable
-            q, bad = inner.inner_iter_args
-            hi = _to_index(memref.load(pos, [arith.addi(r, one)]))
-            need = arith.cmpi(arith.CmpIPredicate.ugt, hi, q)
-            scan = scf.IfOp(need, [index, i1], has_else=True)
-            with ir.InsertionPoint(scan.then_block):
-                stop = arith.minui(arith.maxui(arith.addi(q, piece), hi), phi)
-                good = None
-                for ld, chains in guards:
-                    for chain, uses in chains:
-                        sizes = [next(x for m, dd, x in dims if m == mem and dd == d) for mem, d in uses]
-                        # the unsigned max of the chunk's coordinates, cast as the kernel casts them
-                        top_c = _scan(ld.operands[0], chain, q, stop, zero, one)
-                        for size in sizes:
-                            ok = arith.cmpi(arith.CmpIPredicate.ult, top_c, size)
-                            good = ok if good is None else arith.andi(good, ok)
-                scf.YieldOp([stop, arith.ori(bad, arith.xori(good, true))])
-            with ir.InsertionPoint(scan.else_block):
-                scf.YieldOp([q, bad])
-            q2, bad2 = scan.results
-            # (no llvm.expect on these two branches: with them the kernel ran 9-10% slower)
-            run = scf.IfOp(arith.xori(bad2, true))
-            with ir.InsertionPoint(run.then_block):
-                inner_yield = scf.YieldOp([])
-            scf.YieldOp([q2, bad2])
-        report = scf.IfOp(llvm.intr_expect(inner.results[1], false))
+        good = None
+        streams = _streams(F, guards, block, top)
+        next_streams = list(streams)
+        for ld, chains in guards:
+            for chain, uses in chains:
+                sizes = [next(x for m, dd, x in dims if m == mem and dd == d) for mem, d in uses]
+                # the unsigned max of the block's coordinates, cast as the kernel casts them;
+                # the first scan also prefetches the block's other per-entry buffers
+                top_c = _scan(ld.operands[0], chain, plo, phi, streams, big, zero, one)
+                streams = []
+                for size in sizes:
+                    ok = arith.cmpi(arith.CmpIPredicate.ult, top_c, size)
+                    good = ok if good is None else arith.andi(good, ok)
+        empty = arith.cmpi(arith.CmpIPredicate.uge, plo, phi)
+        good = arith.ori(empty, good)
+        # expected false: LLVM lays the store out of the straight path
+        bad = llvm.intr_expect(arith.xori(good, true), false)
+        report = scf.IfOp(bad)
         with ir.InsertionPoint(report.then_block):
             llvm.StoreOp(one32, flag, alignment=4, ordering=ir.IntegerAttr.get(i64, 2))   # monotonic
+            scf.YieldOp([])
+        run = scf.IfOp(good)
+        with ir.InsertionPoint(run.then_block):
+            inner = scf.ForOp(first, end, one)
+            with ir.InsertionPoint(inner.body):
+                inner_yield = scf.YieldOp([])
             scf.YieldOp([])
     for op in body_ops:
         op.move_before(inner_yield)
     for op, n in iv_uses:
         op.operands[n] = inner.induction_variable
+    _prefetch_next(inner, pos, plo, phi, [guards[0][0].operands[0], *next_streams], last_of, loc)
     L.operands[0] = zero
     L.operands[1] = blocks
     if L.name == "omp.loop_nest":
