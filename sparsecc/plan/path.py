@@ -303,7 +303,6 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     def names(mask):
         return frozenset(m for m in members if mask & bit[m])
 
-    stats_of: dict[int, TensorStats] = {}
     for mask in range(1, full + 1):
         if mask & (mask - 1) == 0:
             continue
@@ -311,35 +310,59 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         group = names(mask)
         indices = search.output if root else search.live(group, outside | (frozenset(members) - group))
         low = mask & -mask
+        splits = []                     # (part, rest) with a tree each, each split once
         sub = (mask - 1) & mask
-        found = None
         while sub:
-            if sub & low:               # each split once: the part holding the lowest member first
-                rest = mask ^ sub
-                a, b = best.get(sub), best.get(rest)
+            if sub & low:               # the part holding the lowest member first
+                a, b = best.get(sub), best.get(mask ^ sub)
                 if a is not None and b is not None:
-                    if stats_only:
-                        st = search.estimate(a.stats, b.stats, tuple(indices))
-                        if root or search.storable(st, indices):
-                            best[mask] = Node(None, st, False, _cost.ZERO)
-                            break
-                        sub = (sub - 1) & mask
-                        continue
-                    # a split whose parts alone cost what the best so far costs cannot beat it
-                    # (a step costs more than nothing, and the sums round monotonically)
-                    if found is not None and (a.cost + b.cost).seconds >= found.cost.seconds:
-                        sub = (sub - 1) & mask
-                        continue
-                    node = search.combine(a, b, indices, root, stats_of.get(mask))
-                    if node is not None:
-                        # one estimate per subset (the first split's)
-                        stats_of.setdefault(mask, node.stats)
-                        if found is None or node.cost.seconds < found.cost.seconds:
-                            found = node
+                    splits.append((a, b))
             sub = (sub - 1) & mask
+        # the subset's statistics: its first split's estimate whose result can be stored
+        # (its size does not depend on the split); splits before that one store nothing
+        st = None
+        for first, (a, b) in enumerate(splits):
+            st = search.estimate(a.stats, b.stats, tuple(indices))
+            if root or search.storable(st, indices):
+                break
+        else:
+            continue
+        if stats_only:
+            best[mask] = Node(None, st, False, _cost.ZERO)
+            continue
+        found = _cheapest(search, splits[first:], indices, root, st)
         if found is not None:
             best[mask] = found
     return best[full].stats if stats_only else best[full]
+
+
+def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats):
+    """The cheapest of a subset's ``splits`` (its result's statistics ``st``), the first in
+    their order among equals: each rated (:meth:`Search.combine`) in the order of a lower
+    bound on its cost - its parts' costs and its step's bytes, inserts and call
+    (:func:`cost.step_cost` with no products, no walks) - until that bound reaches the best
+    so far.  The bound never exceeds the rated cost (the same sums, in the same order, of
+    terms no larger), so the choice is the one rating every split gives."""
+    dense = search.result_dense if root else search._dense(st)
+    bounded = []
+    for n, (a, b) in enumerate(splits):
+        floor = _cost.step_cost([(a.stats, a.dense), (b.stats, b.dense)], st, dense, 0.0, search.itemsize)
+        bounded.append(((a.cost + b.cost + floor).seconds, n))
+    bounded.sort()
+    found, at = None, -1
+    for bound, n in bounded:
+        if found is not None and (bound > found.cost.seconds or (bound == found.cost.seconds and n > at)):
+            if bound > found.cost.seconds:
+                break
+            continue
+        a, b = splits[n]
+        node = search.combine(a, b, indices, root, st)
+        if node is None:
+            continue
+        c = node.cost.seconds
+        if found is None or c < found.cost.seconds or (c == found.cost.seconds and n < at):
+            found, at = node, n
+    return found
 
 
 def _greedy(search: Search, members: list[int], outside: frozenset) -> Node:
