@@ -71,7 +71,7 @@ def tensor_bytes(t: TensorStats, dense: bool, itemsize: int) -> float:
     """Bytes of ``t`` stored dense (every element) or sparse (values, coordinates, and the
     positions of its outer level); once per statistics, format and itemsize (a search asks
     for the same ones at every split)."""
-    memo = t.__dict__.setdefault("_bytes", {})
+    memo = t._bytes
     got = memo.get((dense, itemsize))
     if got is None:
         got = memo[(dense, itemsize)] = _tensor_bytes(t, dense, itemsize)

@@ -69,7 +69,6 @@ def loop_order(terms, layouts, out, out_sparse: bool = False) -> tuple[str, ...]
     ``out_sparse``: the result is inserted in its storage order (its indices as given), so
     its levels order the loops too."""
     dims = list(dict.fromkeys(tuple(out) + tuple(i for t in terms for i in t)))
-    after: dict[str, set] = {i: set() for i in dims}
     before: dict[str, set] = {i: set() for i in dims}
     chains = list(layouts) + ([Layout(tuple(out), (True,) * len(out))] if out_sparse and len(out) > 1 else [])
     for lay in chains:
@@ -77,19 +76,29 @@ def loop_order(terms, layouts, out, out_sparse: bool = False) -> tuple[str, ...]
             continue
         for a, b in zip(lay.levels, lay.levels[1:]):
             if a != b:
-                after[a].add(b)
                 before[b].add(a)
     outs = set(out)
-    done: list[str] = []
-    left = list(dims)
+    done: set = set()
+    order: list[str] = []
+    left = dims
     while left:
-        free = [i for i in left if not (before[i] - set(done))]
-        if not free:
+        # the first free index (its levels' predecessors all placed) that is an output, else the first free
+        pick = None
+        for i in left:
+            if before[i] <= done:
+                if i in outs:
+                    pick = i
+                    break
+                if pick is None:
+                    pick = i
+                    if not outs:
+                        break
+        if pick is None:
             return None
-        pick = next((i for i in free if i in outs), free[0])
-        done.append(pick)
-        left.remove(pick)
-    return tuple(done)
+        order.append(pick)
+        done.add(pick)
+        left = [i for i in left if i != pick]
+    return tuple(order)
 
 
 def _fanout(j: str, leaves, dense, layouts) -> float:
@@ -120,7 +129,13 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
     operand does not carry is walked once for every coordinate those loops visit
     (the loops' :func:`_fanout` multiplied, per coordinate of the operand's own outer levels)."""
     pos = {i: k for k, i in enumerate(loop)}
-    fan = {j: _fanout(j, leaves, dense, layouts) for j in loop}
+    fan: dict[str, float] = {}          # each loop's fanout, where a walk asks for it
+
+    def fanout(j: str) -> float:
+        got = fan.get(j)
+        if got is None:
+            got = fan[j] = _fanout(j, leaves, dense, layouts)
+        return got
     total = 0.0
     for n, (st, lay) in enumerate(zip(leaves, layouts)):
         if lay is None or n in skip:
@@ -133,7 +148,7 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
                 continue                # read in its order: walked once
             # the coordinates the loops outside reach, per coordinate of the operand's own
             # outer levels (each reaching this level once where the operand is in order)
-            prefix = math.prod(fan[j] for j in outer)
+            prefix = math.prod(fanout(j) for j in outer)
             own = 1.0 if k == 0 else max(1.0, float(st.nonempty_slices(lay.levels[0])))
             points = float(st.nonempty_slices(lay.levels[0])) if k == 0 else float(st.nnz)
             total += max(1.0, prefix / own) * points

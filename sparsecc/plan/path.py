@@ -303,6 +303,7 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     def names(mask):
         return frozenset(m for m in members if mask & bit[m])
 
+    stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
     for mask in range(1, full + 1):
         if mask & (mask - 1) == 0:
             continue
@@ -330,13 +331,14 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         if stats_only:
             best[mask] = Node(None, st, False, _cost.ZERO)
             continue
-        found = _cheapest(search, splits[first:], indices, root, st)
+        found = _cheapest(search, splits[first:], indices, root, st, stored_bytes)
         if found is not None:
             best[mask] = found
     return best[full].stats if stats_only else best[full]
 
 
-def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats):
+def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats,
+              stored_bytes: dict):
     """The cheapest of a subset's ``splits`` (its result's statistics ``st``), the first in
     their order among equals: each rated (:meth:`Search.combine`) in the order of a lower
     bound on its cost - its parts' costs and its step's bytes, inserts and call
@@ -344,10 +346,22 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
     so far.  The bound never exceeds the rated cost (the same sums, in the same order, of
     terms no larger), so the choice is the one rating every split gives."""
     dense = search.result_dense if root else search._dense(st)
+    item = search.itemsize
+    # cost.step_cost(kids, st, dense, 0.0, item) and Cost.seconds, spelt out (the same sums in
+    # the same order: equal floats), the result's share once for all splits
+    out_bytes = _cost.tensor_bytes(st, dense, item) * (1 if dense else 2)
+    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
+    def tb(node) -> float:
+        got = stored_bytes.get(id(node))
+        if got is None:
+            got = stored_bytes[id(node)] = _cost.tensor_bytes(node.stats, node.dense, item)
+        return got
     bounded = []
     for n, (a, b) in enumerate(splits):
-        floor = _cost.step_cost([(a.stats, a.dense), (b.stats, b.dense)], st, dense, 0.0, search.itemsize)
-        bounded.append(((a.cost + b.cost + floor).seconds, n))
+        moved = (0 + tb(a) + tb(b)) + out_bytes
+        ca, cb = a.cost, b.cost
+        bounded.append((((ca.bytes + cb.bytes) + moved) / bw + ((ca.ops + cb.ops) + ops) / rate, n))
     bounded.sort()
     found, at = None, -1
     for bound, n in bounded:
