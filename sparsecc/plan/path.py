@@ -214,9 +214,12 @@ class Search:
     def leaf(self, k: int) -> Node:
         return Node(k, self.leaves[k], self.leaf_dense[k], _cost.ZERO)
 
-    def combine(self, a: Node, b: Node, indices: tuple[str, ...], root: bool, st: TensorStats | None = None) -> Node:
+    def combine(self, a: Node, b: Node, indices: tuple[str, ...], root: bool, st: TensorStats | None = None,
+                bound: float | None = None) -> Node | None:
         """``st``: the subset's result statistics where already estimated (its size does not
-        depend on the split; estimating it again per split was most of a planning's time)."""
+        depend on the split; estimating it again per split was most of a planning's time).
+        ``bound``: None where the step, before its walks are counted, costs at least that
+        (with its parts: ``Node.cost.seconds``) - it cannot be cheaper than a node of that cost."""
         if st is None:
             st = self.estimate(a.stats, b.stats, tuple(indices))
         if root:
@@ -228,6 +231,8 @@ class Search:
         kids = [(a.stats, a.dense), (b.stats, b.dense)]
         products = join_size(_cost.stored(a.stats, a.dense), _cost.stored(b.stats, b.dense))
         step = _cost.step_cost(kids, st, dense, products / _cost.dense_rate(kids, indices, dense), self.itemsize)
+        if bound is not None and (a.cost + b.cost + step).seconds >= bound:
+            return None             # (the walks only add to it)
         step = step + self.reads([a.tree, b.tree], [a.stats, b.stats], [a.dense, b.dense], indices, products,
                                  not dense)[0]
         return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
@@ -370,7 +375,9 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
                 break
             continue
         a, b = splits[n]
-        node = search.combine(a, b, indices, root, st)
+        # (a split after the best so far in their order must cost less; one before it, no more)
+        node = search.combine(a, b, indices, root, st, None if found is None else
+                              (found.cost.seconds if n > at else math.nextafter(found.cost.seconds, math.inf)))
         if node is None:
             continue
         c = node.cost.seconds

@@ -398,7 +398,13 @@ def _draw(p: np.ndarray) -> np.ndarray:
     ``searchsorted``: the same draws), without its argument checks (a third of an estimate)."""
     cdf = p.cumsum()
     cdf /= cdf[-1]
-    return cdf.searchsorted(np.random.default_rng(SEED).random(SAMPLES), side="right")
+    u = _UNIFORM.get((SEED, SAMPLES))
+    if u is None:
+        u = _UNIFORM[(SEED, SAMPLES)] = np.random.default_rng(SEED).random(SAMPLES)
+    return cdf.searchsorted(u, side="right")
+
+
+_UNIFORM: dict = {}         # (seed, samples) -> the draw's uniform numbers, made once
 
 
 def _distinct(a: np.ndarray) -> np.ndarray:
