@@ -161,6 +161,7 @@ class Search:
         self._estimates: dict = {}      # (id, id, indices) -> (stats, the operands: their ids stay theirs)
         self._joins: dict = {}          # (id, id) -> (products, the operands)
         self._dense_of: dict = {}       # (id, rule) -> (stored dense?, the statistics)
+        self._live: dict = {}           # (members, outside, output) -> live indices
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -187,6 +188,13 @@ class Search:
         factor outside it carries, in order of first appearance."""
         if outside is None:
             outside = frozenset(range(self.n)) - members
+        key = (members, outside, self.output)
+        got = self._live.get(key)
+        if got is None:
+            got = self._live[key] = self._live_of(members, outside)
+        return got
+
+    def _live_of(self, members: frozenset, outside: frozenset) -> tuple[str, ...]:
         need = set(self.output)
         for k in outside:
             need.update(self.leaves[k].indices)

@@ -189,7 +189,11 @@ def _dot_counts(x: TensorStats, y: TensorStats, k: str) -> float:
     """``x.count(k) . y.count(k)``."""
     fx, fy = _flat(x, k), _flat(y, k)
     if fx is None and fy is None:
-        return _dot(x.count(k), y.count(k))
+        key = ("dot", id(y), k)         # once per pair (the join's size and the bound ask both)
+        got = x._sums.get(key)
+        if got is None:
+            got = x._sums[key] = (_dot(x.count(k), y.count(k)), y)     # (y kept: its id stays its own)
+        return got[0]
     if fx is not None and fy is not None:
         return x.size_of(k) * fx * fy
     return (fx if fx is not None else fy) * (y if fx is not None else x).count_sum(k)
@@ -259,7 +263,7 @@ def uniform_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> fl
     if flat is not None:
         return sizes[g] * (vslice * -math.expm1(-(flat * fan) / vslice))
     per_slice = gx.count(g) * fan
-    return float(np.sum(vslice * -np.expm1(-per_slice / vslice)))
+    return float(np.add.reduce(vslice * -np.expm1(-per_slice / vslice)))    # (np.sum's reduction)
 
 
 def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
@@ -286,7 +290,7 @@ def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
             if flat is not None:
                 bound = min(bound, sizes[g] * min(vslice, flat * degree))
             else:
-                bound = min(bound, float(np.sum(np.minimum(vslice, side.count(g) * degree))))
+                bound = min(bound, float(np.add.reduce(np.minimum(vslice, side.count(g) * degree))))
     return bound
 
 
@@ -378,9 +382,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         key = key * sizes[i] + c.astype(kind, copy=False)
     distinct = _distinct(key)
     owner = distinct // max(1, math.prod(sizes[i] for i in rest))
-    slot = np.empty(sizes[g], np.intp)     # each drawn slice's place in ``drawn`` (searchsorted's, by a table)
-    slot[drawn] = np.arange(drawn.size)
-    dist_g = np.bincount(slot[owner], minlength=drawn.size).astype(np.float64)
+    dist_g = np.bincount(owner, minlength=sizes[g])[drawn].astype(np.float64)    # (owners are drawn slices)
     if exact:
         per = np.zeros(sizes[g])
         per[drawn] = dist_g
