@@ -147,12 +147,12 @@ def _summary(p):
 def test_memoised_planning_gives_the_plans_before(monkeypatch):
     cases = _cases()
     for expr, opt, before in BEFORE:
-        memo = sc.plan(expr, *cases[expr], optimize=opt)
+        memo = _fresh_plan(expr, cases[expr], opt)
         assert _summary(memo) == before, (expr, opt)
         monkeypatch.setattr(plan_path, "MEMO", False)
-        plain = sc.plan(expr, *cases[expr], optimize=opt)
+        plain = _fresh_plan(expr, cases[expr], opt)       # (planned again: sc.plan's kernel keeps plans)
         monkeypatch.setattr(plan_path, "MEMO", True)
-        assert plain == memo and str(plain) == str(memo), (expr, opt)
+        assert plain is not memo and str(plain) == str(memo), (expr, opt)
 
 
 def test_index_notation_by_name_takes_the_closure(monkeypatch):
@@ -166,3 +166,51 @@ def test_index_notation_by_name_takes_the_closure(monkeypatch):
     assert counts == {"plan": 0, "bind": 0, "key": 0}
     with pytest.raises(sc.SparseccError):
         k(A=A, B=B, y=x)                    # a wrong name: the general call says so
+
+
+def _fresh_plan(expr, ops, optimize=True, out_format=None):
+    """``sc.plan`` planned afresh (sc.plan's kernel keeps its plans per statistics class)."""
+    from sparsecc.make import make_kernel
+    k = make_kernel(expr, (), {}, None, out_format, False, True, None, planned.check_optimize(optimize))
+    if hasattr(k, "_plans"):
+        k._plans.clear()
+    return sc.plan(expr, *ops, optimize=optimize, out_format=out_format)
+
+
+def _random_plans(n: int, seed: int, scale: float) -> list[str]:
+    from sparsecc.bench import plan_random as pr
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        case = pr.random_expression(rng, scale)
+        ops = pr.operands(case, np.random.default_rng(seed * 1000 + k))
+        for opt in (True, "greedy"):
+            out.append(str(_fresh_plan(case["expr"], ops, opt, pr._out_format(case))))
+    return out
+
+
+@pytest.mark.parametrize("n, seed, scale", [
+    (12, 5, 0.05),
+    pytest.param(100, 0, 1.0, marks=pytest.mark.slow),
+])
+def test_bounded_split_search_gives_the_plans_rating_every_split(monkeypatch, n, seed, scale):
+    """The lower bound that orders and stops a subset's splits (``path.BOUND``) picks what
+    rating every split in turn (with no memo) picks, on row 8's seeded random einsums."""
+    bounded = _random_plans(n, seed, scale)
+    monkeypatch.setattr(plan_path, "BOUND", False)
+    monkeypatch.setattr(plan_path, "MEMO", False)
+    every = _random_plans(n, seed, scale)
+    assert bounded == every
+    assert sum("steps" in p for p in bounded) > n // 2      # the cases do plan in steps
+
+
+def test_sampled_draw_is_numpys_choice():
+    """``stats._draw`` (the sampled estimate's draw, without ``Generator.choice``'s checks)
+    draws what ``Generator.choice`` draws with the same seed and weights."""
+    from sparsecc.plan import stats
+    rng = np.random.default_rng(3)
+    for n in (300, 2000, 40_000):
+        w = rng.random(n) * (rng.random(n) < 0.3)
+        p = w / w.sum()
+        want = np.random.default_rng(stats.SEED).choice(n, size=stats.SAMPLES, p=p)
+        np.testing.assert_array_equal(stats._draw(p), want)
