@@ -375,6 +375,7 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
     out_bytes = _cost.tensor_bytes(st, dense, item) * (1 if dense else 2)
     ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
     bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
+
     def tb(node) -> float:
         got = stored_bytes.get(id(node))
         if got is None:
