@@ -30,12 +30,51 @@ def _dense(x):
 
 def test_loop_order_respects_levels_parallel_first():
     csr = [O.layout_of("csr", t) for t in (("a", "b"), ("c", "b"), ("c", "d"))]
-    assert O.loop_order([("a", "b"), ("c", "b"), ("c", "d")], csr, ("a",)) == ("a", "c", "b", "d")
+    # MLIR's sorter takes the loop freed last (d after c, before b): checked against the
+    # sparsifier's sorted linalg.generic for this nest
+    assert O.loop_order([("a", "b"), ("c", "b"), ("c", "d")], csr, ("a",)) == ("a", "c", "d", "b")
     csc = O.layout_of("csc", ("c", "b"))
     assert csc.levels == ("b", "c")
     assert O.loop_order([("a", "b"), ("c", "b")], [csr[0], csc], ("a",)) == ("a", "b", "c")
     # conflicting level orders: no order (the emitter converts an operand itself)
     assert O.loop_order([("a", "b"), ("b", "a")], [csr[0], O.layout_of("csr", ("b", "a"))], ()) is None
+
+
+def test_loop_order_follows_mlirs_sorter():
+    # (each order below is what sparse-reinterpret-map gave for sparsecc's one nest)
+    lay = O.layout_of
+    # of two free reduction loops, the last in index order goes first: loops d, e before a
+    terms = [("a", "b"), ("a", "c"), ("d", "b"), ("e", "a")]
+    got = O.loop_order(terms, [lay("coo", terms[0]), None, lay("csr", terms[2]), lay("coo", terms[3])], ("d",))
+    assert got == tuple("deacb")
+    # with a dense operand among them
+    terms = [("a", "b"), ("a", "c"), ("a", "d"), ("e", "b")]
+    got = O.loop_order(terms, [lay("coo", terms[0]), lay("coo", terms[1]), None, lay("coo", terms[3])], ("c",))
+    assert got == tuple("eacdb")
+    terms = [("a", "b"), ("c", "a"), ("c", "d"), ("b", "e"), ("c", "f")]
+    lays = [lay("csr", terms[0]), lay("coo", terms[1]), None, lay("coo", terms[3]), lay("coo", terms[4])]
+    assert O.loop_order(terms, lays, ()) == tuple("cfdabe")
+
+
+def test_a_cycle_converts_the_first_operand_that_breaks_it():
+    lay = O.layout_of
+    terms = [("a", "c"), ("b", "c")]
+    lays = [lay("coo", terms[0]), lay("coo", terms[1])]
+    # a sparse result inserted a, c, b: T[b,c] is converted (MLIR: one sparse_tensor.convert)
+    order, conv = O.schedule(terms, lays, ("a", "c", "b"), True)
+    assert order == ("a", "c", "b") and conv == 1
+    assert O.loop_order(terms, lays, ("a", "c", "b"), True) is None
+    conv_lay = O.converted(lays[1], order)
+    assert conv_lay.levels == ("c", "b") and conv_lay.nonunique
+    # its walks count: the converted COO's c level is walked for each a (every entry: nonunique)
+    n = 600
+    st = [of_operand(_sparse(n, "coo", 1), terms[0]), of_operand(_sparse(5 * n, "coo", 2).tocsr()[:, :n].tocoo(),
+                                                                 terms[1])]
+    products = float(st[0].nnz) * 2
+    walked = O.extra_ops(terms, st, [False, False], lays, ("a", "c", "b"), products, True)
+    assert walked > 100 * products
+    csc = [lays[0], lay("csc", terms[1])]
+    assert O.extra_ops(terms, st, [False, False], csc, ("a", "c", "b"), products, True) < walked / 10
 
 
 def test_one_nest_pays_for_a_csr_operand_read_against_its_order():
