@@ -143,3 +143,30 @@ def test_mask_plan_costlier_than_the_one_nest_loses():
     # the mask's steps build a dense n x n product first; the one nest or plain steps cost less
     assert plan.seconds <= plan.single_seconds
     assert all(s.entries is None or s.entries < n * n / 2 for s in plan.steps)
+
+
+def test_a_sparse_nest_with_its_sums_innermost_costs_a_point_an_operation():
+    from sparsecc.plan import cost as C
+    assert O.reduces_inside(("a", "c", "d", "b"), ("a", "c"))
+    assert not O.reduces_inside(("a", "b", "c"), ("a", "c")) and not O.reduces_inside(None, ("a",))
+    n, rng = 800, np.random.default_rng(3)
+    ops = [sp.coo_array(_sparse(n, "csr", s, k)) for s, k in ((1, 8), (2, 2), (3, 6))]
+    stmt = parse_einsum("ab,ac,ad->ac", 3)
+    st = {nm: of_operand(v) for nm, v in zip(stmt.operands, ops)}
+    plan = make_plan(stmt, st, {nm: False for nm in stmt.operands}, "csr",
+                     formats={nm: "coo" for nm in stmt.operands})
+    # loops a, c, d, b: a scalar sum per (a, c), one insertion per stored entry of T1[a,c]
+    # (the result's pattern): not SPARSE_NEST_POINT_OPS a point, nor an entry per point
+    points = n * 8 * 2 * 6
+    assert plan.single_seconds < points * C.SPARSE_NEST_POINT_OPS / C.OPS_PER_S / 4
+    del rng
+
+
+def test_masked_steps_costlier_than_the_one_nest_lose_to_it():
+    n = 3000
+    A, B = _sparse(n, "csr", 1, 7), sp.coo_array(_sparse(n, "csr", 2, 3))
+    rng = np.random.default_rng(0)
+    u, v = rng.random(n), rng.random(n)
+    plan = _plan("ab,ab,b,b->a", A, B, u, v)
+    # the mask's steps are its one nest plus u * v first: estimated dearer, the one nest runs
+    assert plan.single, str(plan)

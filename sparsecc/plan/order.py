@@ -154,6 +154,16 @@ def loop_order(terms, layouts, out, out_sparse: bool = False) -> tuple[str, ...]
     return order if conv is None else None
 
 
+def reduces_inside(loop, out) -> bool:
+    """Whether every output loop of ``loop`` runs outside every reduction loop (False where
+    the order is unknown: None)."""
+    if loop is None:
+        return False
+    outs = set(out)
+    lead = next((k for k, i in enumerate(loop) if i not in outs), len(loop))
+    return all(i not in outs for i in loop[lead:])
+
+
 def _fanout(j: str, leaves, dense, layouts) -> float:
     """How many coordinates of index ``j`` a loop over it visits for one coordinate of the
     loops outside it: the fewest any factor carrying it offers there (a dense factor or

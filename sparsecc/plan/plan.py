@@ -43,8 +43,8 @@ from . import path as _path
 from .statements import LETTERS, _name, _text, step_statement
 from .stats import TensorStats, estimate
 
-#: a mask's plan of steps is kept unless it is estimated at over this many times the one nest
-#: (the estimates are rough; a mask keeps its product's pattern small)
+#: a masked one nest (a mask and two other factors) is kept unless steps are estimated at under
+#: 1/this of it (the estimates are rough; a mask keeps its product's pattern small)
 MASK_MARGIN = 4.0
 #: below this share of non-empty rows a sparse matrix intermediate is DCSR
 DCSR_BELOW = 1 / 16
@@ -243,7 +243,9 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
             return _one_nest(stmt, prod, search, result_format, itemsize, "one loop nest: " + reason, single, n)
         tree = (z,) + tuple(node.tree)
         masked = _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
-        if not known or masked.seconds <= MASK_MARGIN * single.seconds:
+        # (its steps include a masked nest like the one nest's, and more: estimated
+        # costlier, they are, ab,ab,b,b->a; ab,ac,bd,de,ad->)
+        if not known or masked.seconds <= single.seconds:
             return masked
         best = _path.best_tree(search, greedy=greedy)
         if best.cost.seconds < masked.seconds and best.cost.seconds < single.seconds:
