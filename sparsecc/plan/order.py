@@ -229,7 +229,8 @@ def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out,
     if conv is not None:
         layouts = list(layouts)
         layouts[conv] = converted(layouts[conv], loop)
-        copy = float(leaves[conv].nnz) * _cost.INSERT_OPS
+        nnz = float(leaves[conv].nnz)
+        copy = nnz * _cost.INSERT_OPS + REORDER_PAIR_OPS * nnz ** 2
     return max(0.0, walks(loop, leaves, dense, layouts, skip) - products) + copy
 
 
@@ -247,7 +248,18 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-def conversion_cost(st: TensorStats, itemsize: int) -> _cost.Cost:
-    """A copy step into CSR/CSC: read the operand, sort its entries (a few operations each),
-    write the result."""
-    return _cost.step_cost([(st, False)], st, False, float(st.nnz) * _cost.INSERT_OPS, itemsize)
+#: operations per pair of entries of a conversion that reorders its operand's levels (CSR to
+#: CSC, COO to CSC, a cycle broken inside a kernel: MLIR's ``sparse_tensor.convert`` through an
+#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC: 16.7k
+#: entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the entries (heap or quick sort
+#: alike; not found why), while COO -> CSR in its own order takes 0.16 / 0.8 / 2.8 ms
+REORDER_PAIR_OPS = 3e-3
+
+
+def conversion_cost(st: TensorStats, itemsize: int, reorders: bool = False) -> _cost.Cost:
+    """A copy step into CSR/CSC: read the operand, insert its entries (a few operations
+    each), write the result; ``reorders``: its levels change order (:data:`REORDER_PAIR_OPS`)."""
+    ops = float(st.nnz) * _cost.INSERT_OPS
+    if reorders:
+        ops += REORDER_PAIR_OPS * float(st.nnz) ** 2
+    return _cost.step_cost([(st, False)], st, False, ops, itemsize)

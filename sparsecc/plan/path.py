@@ -259,7 +259,7 @@ class Search:
                 trial[k] = new
                 if _order.loop_order(terms, trial, indices, out_sparse) is None:
                     continue            # levels in a cycle: the emitter would convert again
-                c = _order.conversion_cost(stats[k], self.itemsize) + _cost.Cost(
+                c = _order.conversion_cost(stats[k], self.itemsize, new.levels != lay.levels) + _cost.Cost(
                     0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip))
                 if c.seconds < best[0].seconds:
                     best = (c, {k: fmt})

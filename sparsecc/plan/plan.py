@@ -505,8 +505,9 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 f = prod.factors[c]
                 if pos in converts:
                     inputs.append(_convert_step(prod, f, search.leaves[c], converts[pos], steps, steps_by_name,
-                                                itemsize, stmt))
-                    copy = _order.conversion_cost(search.leaves[c], itemsize)
+                                                itemsize, stmt, _reorders(search.layouts[c], converts[pos], f.indices)))
+                    copy = _order.conversion_cost(search.leaves[c], itemsize,
+                                                  _reorders(search.layouts[c], converts[pos], f.indices))
                     total = total + copy
                     reads = reads + _cost.Cost(-copy.bytes, -copy.ops)
                 else:
@@ -556,6 +557,12 @@ def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tu
                         out_sparse)
 
 
+def _reorders(lay, fmt: str, indices) -> bool:
+    """Whether converting a leaf stored as ``lay`` into ``fmt`` changes its levels' order."""
+    new = _order.layout_of(fmt, tuple(indices))
+    return lay is None or new is None or new.levels != lay.levels
+
+
 def fresh_name(stmt: Statement, steps) -> str:
     """The name of the next intermediate: ``t<k>`` with the first ``k`` from the number of
     steps on that no operand, output or earlier step has (an operand named ``t0`` was read
@@ -568,7 +575,7 @@ def fresh_name(stmt: Statement, steps) -> str:
 
 
 def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, steps: list, steps_by_name: dict,
-                  itemsize: int, original: Statement) -> str:
+                  itemsize: int, original: Statement, reorders: bool = True) -> str:
     """Append the step copying leaf ``f`` into ``fmt`` (the order its reader loops): a
     compiled copy (``t1[c,d] = T3[c,d]``), the same values and pattern; its name."""
     letters = tuple(LETTERS[k] for k in range(len(f.indices)))
@@ -576,7 +583,7 @@ def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, ste
     name = fresh_name(original, steps)
     text = f"{name}[{','.join(f.indices)}] = {_name(f.tensor)}[{','.join(f.indices)}]"
     step = Step(statement, (f.tensor,), name, tuple(f.indices), fmt, float(st.nnz),
-                _order.conversion_cost(st, itemsize).seconds, text, tuple(st.sizes))
+                _order.conversion_cost(st, itemsize, reorders).seconds, text, tuple(st.sizes))
     steps.append(step)
     steps_by_name[name] = step
     return name
