@@ -170,3 +170,16 @@ def test_masked_steps_costlier_than_the_one_nest_lose_to_it():
     plan = _plan("ab,ab,b,b->a", A, B, u, v)
     # the mask's steps are its one nest plus u * v first: estimated dearer, the one nest runs
     assert plan.single, str(plan)
+
+
+def test_a_sparse_intermediate_vector_is_walked_for_every_row_reading_it():
+    # t1[a,b] = T0[a,b] * t0[b], t0 a sparse vector (an intermediate, stored in any order it
+    # likes): its one level is still walked for each a (measured: 4688 x 3438 CSR, t0 2981
+    # entries: 287 ms, estimated 0.5 ms without this)
+    n = 3000
+    T = of_operand(_sparse(n, "csr", 1), ("a", "b"))
+    v = of_operand(sp.random_array((n,), density=0.9, format="coo", random_state=2), ("b",))
+    lays = [O.layout_of("csr", ("a", "b")), O.layout_of("coo", ("b",))]
+    products = float(T.nnz)
+    walked = O.extra_ops([("a", "b"), ("b",)], [T, v], [False, False], lays, ("a", "b"), products, True, skip=(1,))
+    assert walked > 100 * products

@@ -218,20 +218,20 @@ def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out,
     where every sparse factor is read in its order, or no order can be scheduled.  Where the
     sparsifier converts a factor to break a cycle (:func:`schedule`), the copy's operations
     (a sort of its entries) count, and its walks are those of the converted layout.
-    ``skip``: factors whose levels order the loops but whose walks are not counted
-    (intermediates)."""
+    ``skip``: factors stored in the order the loops visit them (intermediates): never
+    converted, but a level of theirs under a loop over an index they do not carry is walked
+    all the same (``t0[b]`` read inside a loop over ``a``)."""
     if all(lay is None for lay in layouts):
         return 0.0
     loop, conv = schedule(terms, layouts, out, out_sparse)
     if loop is None:
         return 0.0
     copy = 0.0
-    if conv is not None:
-        layouts = list(layouts)
-        layouts[conv] = converted(layouts[conv], loop)
+    layouts = [converted(lay, loop) if k in skip and lay is not None else lay for k, lay in enumerate(layouts)]
+    if conv is not None and conv not in skip:
         nnz = float(leaves[conv].nnz)
         copy = nnz * _cost.INSERT_OPS + REORDER_PAIR_OPS * nnz ** 2
-    return max(0.0, walks(loop, leaves, dense, layouts, skip) - products) + copy
+    return max(0.0, walks(loop, leaves, dense, layouts) - products) + copy
 
 
 def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:

@@ -237,12 +237,12 @@ class Search:
         their stored order (``order.extra_ops``), and which leaves it converts first instead
         (position -> format, where the copy costs less than the walk: ``order.conversion``).
         Intermediates are stored in the order their reader loops (``plan._build``)."""
-        if all(not isinstance(t, int) or self.layouts[t] is None for t in trees):
-            return _cost.ZERO, {}
         # a sparse intermediate is stored in the order its reader loops: its levels in order
         layouts = [self.layouts[t] if isinstance(t, int) else
                    (None if d else _order.layout_of("csr" if len(s.indices) == 2 else "coo", s.indices))
                    for t, s, d in zip(trees, stats, dense)]
+        if all(lay is None for lay in layouts):
+            return _cost.ZERO, {}
         terms = [s.indices for s in stats]
         skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
         extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)

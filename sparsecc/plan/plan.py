@@ -551,7 +551,7 @@ def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tu
     """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
     leaves, and which it converts first into the order it reads them (positions in ``kids``:
     ``Search.reads``; the cost includes the copies)."""
-    if len(kids) != 2 or not any(isinstance(c, int) and search.layouts[c] is not None for c in kids):
+    if len(kids) != 2:
         return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
     return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), _products(pairs),
                         out_sparse)
