@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import cost as _cost
 from .stats import TensorStats
@@ -120,6 +121,13 @@ def schedule(terms, layouts, out, out_sparse: bool = False) -> tuple[tuple[str, 
     levels form a cycle, the first sparse factor whose levels left out give an order is
     converted into that order (its level kinds kept) and the nest sorted again.  ``(None,
     None)`` where no single conversion breaks the cycle."""
+    return _schedule(tuple(tuple(t) for t in terms), tuple(layouts), tuple(out), bool(out_sparse))
+
+
+@lru_cache(maxsize=4096)
+def _schedule(terms, layouts, out, out_sparse):
+    """:func:`schedule` on hashable arguments, once per nest shape (a search asks for the same
+    ones at many splits)."""
     dims = list(dict.fromkeys(tuple(out) + tuple(i for t in terms for i in t)))
     sparse = [lay.levels for lay in layouts if lay is not None]
     dense_in = [tuple(t) for t, lay in zip(terms, layouts) if lay is None and len(t) > 1]
@@ -192,7 +200,13 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
     operand does not carry is walked once for every coordinate those loops visit
     (the loops' :func:`_fanout` multiplied, per coordinate of the operand's own outer levels)."""
     pos = {i: k for k, i in enumerate(loop)}
-    fan = {j: _fanout(j, leaves, dense, layouts) for j in loop}
+    fans: dict[str, float] = {}
+
+    def fan(j):             # (only for the loops outside a walked level: most nests have none)
+        got = fans.get(j)
+        if got is None:
+            got = fans[j] = _fanout(j, leaves, dense, layouts)
+        return got
     total = 0.0
     for n, (st, lay) in enumerate(zip(leaves, layouts)):
         if lay is None or n in skip:
@@ -205,7 +219,7 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
                 continue                # read in its order: walked once
             # the coordinates the loops outside reach, per coordinate of the operand's own
             # outer levels (each reaching this level once where the operand is in order)
-            prefix = math.prod(fan[j] for j in outer)
+            prefix = math.prod(fan(j) for j in outer)
             own = 1.0 if k == 0 else max(1.0, float(st.nonempty_slices(lay.levels[0])))
             points = float(st.nnz) if k > 0 or lay.nonunique else float(st.nonempty_slices(lay.levels[0]))
             total += max(1.0, prefix / own) * points
