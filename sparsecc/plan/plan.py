@@ -232,8 +232,8 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
         # points than its full join): its one nest may walk an operand against its order, and
         # with three or more other factors its product's inner steps run unmasked (a dense
         # intermediate of the mask's shape can cost far more than the one nest)
-        known = any(lay is not None for lay in layouts) and _order.loop_order(
-            [f.indices for f in prod.factors], layouts, prod.indices, not result_dense) is not None
+        known = any(lay is not None for lay in layouts) and _order.schedule(
+            [f.indices for f in prod.factors], layouts, prod.indices, not result_dense)[0] is not None
         if len(rest) == 2:
             if known:
                 best = _path.best_tree(search, greedy=greedy)
