@@ -243,8 +243,7 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
             return _one_nest(stmt, prod, search, result_format, itemsize, "one loop nest: " + reason, single, n)
         tree = (z,) + tuple(node.tree)
         masked = _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
-        # (its steps include a masked nest like the one nest's, and more: estimated
-        # costlier, they are, ab,ab,b,b->a; ab,ac,bd,de,ad->)
+        # (estimated dearer than the one nest, its steps are: ab,ab,b,b->a)
         if not known or masked.seconds <= single.seconds:
             return masked
         best = _path.best_tree(search, greedy=greedy)
