@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import cost as _cost
 from .stats import TensorStats
@@ -33,10 +34,12 @@ from .stats import TensorStats
 class Layout:
     """A sparse operand's storage: ``levels``, its indices in storage order, and
     ``compressed``, per level, whether the level is walked (compressed) rather than located
-    (dense) or followed one to one (singleton)."""
+    (dense) or followed one to one (singleton); ``nonunique``: the first level repeats a
+    coordinate once per entry (COO), so a walk over it steps over every entry."""
 
     levels: tuple[str, ...]
     compressed: tuple[bool, ...]
+    nonunique: bool = False
 
     def __post_init__(self):
         if len(self.levels) != len(self.compressed):
@@ -56,49 +59,117 @@ def layout_of(fmt: str, indices: tuple[str, ...]) -> Layout | None:
     if fmt == "dcsr" and len(idx) == 2:
         return Layout(idx, (True, True))
     if fmt == "coo" and idx:
-        return Layout(idx, (True,) + (False,) * (len(idx) - 1))
+        return Layout(idx, (True,) + (False,) * (len(idx) - 1), len(idx) > 1)
     return None
 
 
-def loop_order(terms, layouts, out, out_sparse: bool = False) -> tuple[str, ...] | None:
+def _sort(dims, chains, outs) -> tuple[str, ...] | None:
+    """MLIR's ``IterationGraphSorter::topoSort`` (default strategy) over the level edges of
+    ``chains``: loops with no unplaced predecessor wait in two lists (parallel - output - and
+    reduction); a parallel one goes first, and of a list its *last* entry (loops enter in
+    index order, then as their last predecessor is placed); None on a cycle."""
+    pos = {i: k for k, i in enumerate(dims)}
+    edge = [[False] * len(dims) for _ in dims]
+    indeg = [0] * len(dims)
+    for levels in chains:
+        for a, b in zip(levels, levels[1:]):
+            f, t = pos[a], pos[b]
+            if f != t and not edge[f][t]:
+                edge[f][t] = True
+                indeg[t] += 1
+    par = [k for k, i in enumerate(dims) if indeg[k] == 0 and i in outs]
+    red = [k for k, i in enumerate(dims) if indeg[k] == 0 and i not in outs]
+    done: list[int] = []
+    while par or red:
+        src = (par or red).pop()
+        done.append(src)
+        for dst in range(len(dims)):
+            if edge[src][dst]:
+                indeg[dst] -= 1
+                if indeg[dst] == 0:
+                    (par if dims[dst] in outs else red).append(dst)
+    return tuple(dims[k] for k in done) if len(done) == len(dims) else None
+
+
+def _masked(dims, sparse, dense_in, out, out_sparse):
+    """MLIR's masks, strictest first (every dense operand's and a dense result's row-major
+    order, then dense inputs', then the dense result's, then sparse levels only): the first
+    order found that a sparse result admits (its leading parallel loops cover all but its
+    last level); None where the sparse levels alone form a cycle."""
+    outs = set(out)
+    res = [tuple(out)] if out_sparse else []
+    dense_out = [] if out_sparse else [tuple(out)]
+    found = None
+    for extra in (dense_in + dense_out, dense_in, dense_out, []):
+        got = _sort(dims, sparse + res + extra, outs)
+        if got is None:
+            continue
+        found = found or got
+        lead = next((k for k, i in enumerate(got) if i not in outs), len(got))
+        if not out_sparse or lead >= len(out) - 1:
+            return got
+    return found
+
+
+def schedule(terms, layouts, out, out_sparse: bool = False) -> tuple[tuple[str, ...] | None, int | None]:
     """The sparsifier's loop order of a nest over ``terms`` (each factor's indices) whose
-    sparse factors are stored as ``layouts`` (None: dense), producing ``out``: a topological
-    order of the level edges, a free parallel (output) loop first, else the first free one in
-    the statement's order (output indices, then the rest in order of appearance); None where
-    the levels' orders conflict (a cycle: the emitter converts an operand itself).
-    ``out_sparse``: the result is inserted in its storage order (its indices as given), so
-    its levels order the loops too."""
+    sparse factors are stored as ``layouts`` (None: dense, row-major), producing ``out``
+    (stored sparse, in its indices' order, where ``out_sparse``), and the factor it converts
+    first, if any: MLIR 22's ``GenericOpScheduler`` in ``SparseReinterpretMap.cpp``.  Loops
+    are numbered output indices first, then the rest in order of appearance (the emitter's
+    ``linalg.generic``); the levels' orders are sorted by :func:`_masked`; where the sparse
+    levels form a cycle, the first sparse factor whose levels left out give an order is
+    converted into that order (its level kinds kept) and the nest sorted again.  ``(None,
+    None)`` where no single conversion breaks the cycle."""
+    return _schedule(tuple(tuple(t) for t in terms), tuple(layouts), tuple(out), bool(out_sparse))
+
+
+@lru_cache(maxsize=4096)
+def _schedule(terms, layouts, out, out_sparse):
+    """:func:`schedule` on hashable arguments, once per nest shape (a search asks for the same
+    ones at many splits)."""
     dims = list(dict.fromkeys(tuple(out) + tuple(i for t in terms for i in t)))
-    before: dict[str, set] = {i: set() for i in dims}
-    chains = list(layouts) + ([Layout(tuple(out), (True,) * len(out))] if out_sparse and len(out) > 1 else [])
-    for lay in chains:
+    sparse = [lay.levels for lay in layouts if lay is not None]
+    dense_in = [tuple(t) for t, lay in zip(terms, layouts) if lay is None and len(t) > 1]
+    got = _masked(dims, sparse, dense_in, out, out_sparse)
+    if got is not None:
+        return got, None
+    res = [tuple(out)] if out_sparse else []
+    for k, lay in enumerate(layouts):
         if lay is None:
             continue
-        for a, b in zip(lay.levels, lay.levels[1:]):
-            if a != b:
-                before[b].add(a)
+        rest = [other.levels for j, other in enumerate(layouts) if other is not None and j != k]
+        order = _sort(dims, rest + res, set(out))
+        if order is None:
+            continue
+        trial = list(layouts)
+        trial[k] = converted(lay, order)
+        again = _masked(dims, [x.levels for x in trial if x is not None], dense_in, out, out_sparse)
+        return again or order, k
+    return None, None
+
+
+def converted(lay: Layout, loop) -> Layout:
+    """``lay`` with its levels permuted into the order ``loop`` visits them, each level's kind
+    kept (the sparsifier's ``sparse_tensor.convert`` breaking a cycle: COO stays COO)."""
+    return Layout(tuple(sorted(lay.levels, key=list(loop).index)), lay.compressed, lay.nonunique)
+
+
+def loop_order(terms, layouts, out, out_sparse: bool = False) -> tuple[str, ...] | None:
+    """The sparsifier's loop order (:func:`schedule`) where no factor is converted for it;
+    None where the sparse levels' orders conflict (a cycle: the sparsifier converts one)."""
+    order, conv = schedule(terms, layouts, out, out_sparse)
+    return order if conv is None else None
+
+
+def reduces_inside(loop, out) -> bool:
+    """Whether every output loop of ``loop`` runs outside every reduction loop (False where
+    the order is unknown: None)."""
+    if loop is None:
+        return False
     outs = set(out)
-    done: set = set()
-    order: list[str] = []
-    left = dims
-    while left:
-        # the first free index (its levels' predecessors all placed) that is an output, else the first free
-        pick = None
-        for i in left:
-            if before[i] <= done:
-                if i in outs:
-                    pick = i
-                    break
-                if pick is None:
-                    pick = i
-                    if not outs:
-                        break
-        if pick is None:
-            return None
-        order.append(pick)
-        done.add(pick)
-        left = [i for i in left if i != pick]
-    return tuple(order)
+    lead = next((k for k, i in enumerate(loop) if i not in outs), len(loop))
+    return all(i not in outs for i in loop[lead:])
 
 
 def _fanout(j: str, leaves, dense, layouts) -> float:
@@ -129,12 +200,12 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
     operand does not carry is walked once for every coordinate those loops visit
     (the loops' :func:`_fanout` multiplied, per coordinate of the operand's own outer levels)."""
     pos = {i: k for k, i in enumerate(loop)}
-    fan: dict[str, float] = {}          # each loop's fanout, where a walk asks for it
+    fans: dict[str, float] = {}
 
-    def fanout(j: str) -> float:
-        got = fan.get(j)
+    def fan(j):             # (only for the loops outside a walked level: most nests have none)
+        got = fans.get(j)
         if got is None:
-            got = fan[j] = _fanout(j, leaves, dense, layouts)
+            got = fans[j] = _fanout(j, leaves, dense, layouts)
         return got
     total = 0.0
     for n, (st, lay) in enumerate(zip(leaves, layouts)):
@@ -148,9 +219,9 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
                 continue                # read in its order: walked once
             # the coordinates the loops outside reach, per coordinate of the operand's own
             # outer levels (each reaching this level once where the operand is in order)
-            prefix = math.prod(fanout(j) for j in outer)
+            prefix = math.prod(fan(j) for j in outer)
             own = 1.0 if k == 0 else max(1.0, float(st.nonempty_slices(lay.levels[0])))
-            points = float(st.nonempty_slices(lay.levels[0])) if k == 0 else float(st.nnz)
+            points = float(st.nnz) if k > 0 or lay.nonunique else float(st.nonempty_slices(lay.levels[0]))
             total += max(1.0, prefix / own) * points
     return total
 
@@ -158,14 +229,23 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
 def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out, products: float,
               out_sparse: bool = False, skip=()) -> float:
     """The operations a nest spends walking beyond its ``products`` (module docstring): 0
-    where every sparse factor is read in its order, or its orders conflict.  ``skip``: factors
-    whose levels order the loops but whose walks are not counted (intermediates)."""
+    where every sparse factor is read in its order, or no order can be scheduled.  Where the
+    sparsifier converts a factor to break a cycle (:func:`schedule`), the copy's operations
+    (a sort of its entries) count, and its walks are those of the converted layout.
+    ``skip``: factors stored in the order the loops visit them (intermediates): never
+    converted, but a level of theirs under a loop over an index they do not carry is walked
+    all the same (``t0[b]`` read inside a loop over ``a``)."""
     if all(lay is None for lay in layouts):
         return 0.0
-    loop = loop_order(terms, layouts, out, out_sparse)
+    loop, conv = schedule(terms, layouts, out, out_sparse)
     if loop is None:
         return 0.0
-    return max(0.0, walks(loop, leaves, dense, layouts, skip) - products)
+    copy = 0.0
+    layouts = [converted(lay, loop) if k in skip and lay is not None else lay for k, lay in enumerate(layouts)]
+    if conv is not None and conv not in skip:
+        nnz = float(leaves[conv].nnz)
+        copy = nnz * _cost.INSERT_OPS + REORDER_PAIR_OPS * nnz ** 2
+    return max(0.0, walks(loop, leaves, dense, layouts) - products) + copy
 
 
 def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
@@ -182,7 +262,18 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-def conversion_cost(st: TensorStats, itemsize: int) -> _cost.Cost:
-    """A copy step into CSR/CSC: read the operand, sort its entries (a few operations each),
-    write the result."""
-    return _cost.step_cost([(st, False)], st, False, float(st.nnz) * _cost.INSERT_OPS, itemsize)
+#: operations per pair of entries of a conversion that reorders its operand's levels (CSR to
+#: CSC, COO to CSC, a cycle broken inside a kernel: MLIR's ``sparse_tensor.convert`` through an
+#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC: 16.7k
+#: entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the entries (heap or quick sort
+#: alike; not found why), while COO -> CSR in its own order takes 0.16 / 0.8 / 2.8 ms
+REORDER_PAIR_OPS = 3e-3
+
+
+def conversion_cost(st: TensorStats, itemsize: int, reorders: bool = False) -> _cost.Cost:
+    """A copy step into CSR/CSC: read the operand, insert its entries (a few operations
+    each), write the result; ``reorders``: its levels change order (:data:`REORDER_PAIR_OPS`)."""
+    ops = float(st.nnz) * _cost.INSERT_OPS
+    if reorders:
+        ops += REORDER_PAIR_OPS * float(st.nnz) ** 2
+    return _cost.step_cost([(st, False)], st, False, ops, itemsize)

@@ -253,12 +253,12 @@ class Search:
         their stored order (``order.extra_ops``), and which leaves it converts first instead
         (position -> format, where the copy costs less than the walk: ``order.conversion``).
         Intermediates are stored in the order their reader loops (``plan._build``)."""
-        if all(not isinstance(t, int) or self.layouts[t] is None for t in trees):
-            return _cost.ZERO, {}
         # a sparse intermediate is stored in the order its reader loops: its levels in order
         layouts = [self.layouts[t] if isinstance(t, int) else
                    (None if d else _order.layout_of("csr" if len(s.indices) == 2 else "coo", s.indices))
                    for t, s, d in zip(trees, stats, dense)]
+        if all(lay is None for lay in layouts):
+            return _cost.ZERO, {}
         terms = [s.indices for s in stats]
         skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
         extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)
@@ -275,7 +275,7 @@ class Search:
                 trial[k] = new
                 if _order.loop_order(terms, trial, indices, out_sparse) is None:
                     continue            # levels in a cycle: the emitter would convert again
-                c = _order.conversion_cost(stats[k], self.itemsize) + _cost.Cost(
+                c = _order.conversion_cost(stats[k], self.itemsize, new.levels != lay.levels) + _cost.Cost(
                     0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip))
                 if c.seconds < best[0].seconds:
                     best = (c, {k: fmt})
@@ -501,17 +501,35 @@ def full_join(search: Search) -> TensorStats:
 def single_cost(search: Search, handwritten: bool = False) -> _cost.Cost:
     """The cost of the one loop nest: it visits at least every point of the full join
     (``handwritten``: through a hand-written kernel, :data:`cost.HANDWRITTEN_SPEEDUP` times
-    faster a point)."""
+    faster a point).  Into a sparse result, a point costs :data:`cost.SPARSE_NEST_POINT_OPS`
+    where a reduction loop runs outside an output loop (its product scattered into the
+    result's row workspace), one operation where every output loop is outside every
+    reduction (a scalar sum, one insertion per result entry: ``order.reduces_inside``)."""
     joined = full_join(search)
     out = search.output
     sizes = dict(zip(joined.indices, joined.sizes))
-    result = TensorStats(out, tuple(sizes[i] for i in out), min(joined.nnz, math.prod(sizes[i] for i in out)))
-    points = joined.nnz * (1.0 if search.result_dense else _cost.SPARSE_NEST_POINT_OPS)
+    # (a sparse factor carrying every output index bounds the result's pattern)
+    bound = min([joined.nnz, math.prod(sizes[i] for i in out)] + [
+        s.nnz for s, d in zip(search.leaves, search.leaf_dense) if not d and not s.full and set(out) <= set(s.indices)])
+    result = TensorStats(out, tuple(sizes[i] for i in out), bound)
+    terms = [s.indices for s in search.leaves]
+    point = 1.0
+    if not search.result_dense:
+        point = _cost.SPARSE_NEST_POINT_OPS
+        if not handwritten and _order.reduces_inside(_order.schedule(terms, search.layouts, out, True)[0], out):
+            point = 1.0
+            if search.n > 1:        # the entries the result stores: the product reduced onto out
+                rest = search.leaves[0]
+                for other in search.leaves[1:-1]:
+                    rest = search.estimate(rest, other, tuple(dict.fromkeys(rest.indices + other.indices)))
+                got = search.estimate(rest, search.leaves[-1], tuple(out))
+                result = TensorStats(out, result.sizes, min(result.nnz, got.nnz))
+    points = joined.nnz * point
     if handwritten:
         points /= _cost.HANDWRITTEN_SPEEDUP
     else:
         # a sparse leaf read against its stored order is walked for every outer coordinate
-        points += _order.extra_ops([s.indices for s in search.leaves], search.leaves, search.leaf_dense,
+        points += _order.extra_ops(terms, search.leaves, search.leaf_dense,
                                    search.layouts, out, joined.nnz, not search.result_dense)
     return _cost.step_cost([(s, d) for s, d in zip(search.leaves, search.leaf_dense)], result,
                            search.result_dense, points, search.itemsize)

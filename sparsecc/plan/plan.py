@@ -43,8 +43,8 @@ from . import path as _path
 from .statements import LETTERS, _name, _text, step_statement
 from .stats import TensorStats, estimate
 
-#: a mask's plan of steps is kept unless it is estimated at over this many times the one nest
-#: (the estimates are rough; a mask keeps its product's pattern small)
+#: a masked one nest (a mask and two other factors) is kept unless steps are estimated at under
+#: 1/this of it (the estimates are rough; a mask keeps its product's pattern small)
 MASK_MARGIN = 4.0
 #: below this share of non-empty rows a sparse matrix intermediate is DCSR
 DCSR_BELOW = 1 / 16
@@ -232,8 +232,8 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
         # points than its full join): its one nest may walk an operand against its order, and
         # with three or more other factors its product's inner steps run unmasked (a dense
         # intermediate of the mask's shape can cost far more than the one nest)
-        known = any(lay is not None for lay in layouts) and _order.loop_order(
-            [f.indices for f in prod.factors], layouts, prod.indices, not result_dense) is not None
+        known = any(lay is not None for lay in layouts) and _order.schedule(
+            [f.indices for f in prod.factors], layouts, prod.indices, not result_dense)[0] is not None
         if len(rest) == 2:
             if known:
                 best = _path.best_tree(search, greedy=greedy)
@@ -243,7 +243,8 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
             return _one_nest(stmt, prod, search, result_format, itemsize, "one loop nest: " + reason, single, n)
         tree = (z,) + tuple(node.tree)
         masked = _build(stmt, prod, search, tree, result_format, itemsize, reason, single)
-        if not known or masked.seconds <= MASK_MARGIN * single.seconds:
+        # (estimated dearer than the one nest, its steps are: ab,ab,b,b->a)
+        if not known or masked.seconds <= single.seconds:
             return masked
         best = _path.best_tree(search, greedy=greedy)
         if best.cost.seconds < masked.seconds and best.cost.seconds < single.seconds:
@@ -503,8 +504,9 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 f = prod.factors[c]
                 if pos in converts:
                     inputs.append(_convert_step(prod, f, search.leaves[c], converts[pos], steps, steps_by_name,
-                                                itemsize, stmt))
-                    copy = _order.conversion_cost(search.leaves[c], itemsize)
+                                                itemsize, stmt, _reorders(search.layouts[c], converts[pos], f.indices)))
+                    copy = _order.conversion_cost(search.leaves[c], itemsize,
+                                                  _reorders(search.layouts[c], converts[pos], f.indices))
                     total = total + copy
                     reads = reads + _cost.Cost(-copy.bytes, -copy.ops)
                 else:
@@ -548,10 +550,16 @@ def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tu
     """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
     leaves, and which it converts first into the order it reads them (positions in ``kids``:
     ``Search.reads``; the cost includes the copies)."""
-    if len(kids) != 2 or not any(isinstance(c, int) and search.layouts[c] is not None for c in kids):
+    if len(kids) != 2:
         return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
     return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), _products(pairs),
                         out_sparse)
+
+
+def _reorders(lay, fmt: str, indices) -> bool:
+    """Whether converting a leaf stored as ``lay`` into ``fmt`` changes its levels' order."""
+    new = _order.layout_of(fmt, tuple(indices))
+    return lay is None or new is None or new.levels != lay.levels
 
 
 def fresh_name(stmt: Statement, steps) -> str:
@@ -566,7 +574,7 @@ def fresh_name(stmt: Statement, steps) -> str:
 
 
 def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, steps: list, steps_by_name: dict,
-                  itemsize: int, original: Statement) -> str:
+                  itemsize: int, original: Statement, reorders: bool = True) -> str:
     """Append the step copying leaf ``f`` into ``fmt`` (the order its reader loops): a
     compiled copy (``t1[c,d] = T3[c,d]``), the same values and pattern; its name."""
     letters = tuple(LETTERS[k] for k in range(len(f.indices)))
@@ -574,7 +582,7 @@ def _convert_step(prod: _path.Product, f: Access, st: TensorStats, fmt: str, ste
     name = fresh_name(original, steps)
     text = f"{name}[{','.join(f.indices)}] = {_name(f.tensor)}[{','.join(f.indices)}]"
     step = Step(statement, (f.tensor,), name, tuple(f.indices), fmt, float(st.nnz),
-                _order.conversion_cost(st, itemsize).seconds, text, tuple(st.sizes))
+                _order.conversion_cost(st, itemsize, reorders).seconds, text, tuple(st.sizes))
     steps.append(step)
     steps_by_name[name] = step
     return name
