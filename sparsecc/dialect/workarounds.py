@@ -176,6 +176,8 @@ class Workarounds:
                         # over CSR, ``a[i] + b[j]``; ``A[i,j] + a[j]`` lowers) crashes the same
                         # way: a sparse copy repeated over this side's sparse indices
                         compressed = self._compressed_indices(side)
+                        if any(a.tensor in self.encs and compressed <= set(a.indices) for a in accesses(other)):
+                            continue  # another sparse operand there carries them and drives the loops
                         for a in accesses(other):
                             if a.tensor in self.encs and a not in swaps and compressed - set(a.indices) \
                                     and self._level_indices(a) is not None:
