@@ -23,8 +23,11 @@ def _identity(n: int, dtype) -> sp.csr_array:
     key = (n, np.dtype(dtype))
     m = _identities.get(key)
     if m is None:
-        idx = np.arange(n, dtype=np.int64)
-        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=np.int64)), shape=(n, n))
+        # 32-bit indices where they fit, as SciPy's own (the operands the kernel reads beside it
+        # are usually int32: one index width, read as they are)
+        it = np.int32 if n < np.iinfo(np.int32).max else np.int64
+        idx = np.arange(n, dtype=it)
+        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=it)), shape=(n, n))
         if len(_identities) > 64:
             _identities.clear()
         _identities[key] = m

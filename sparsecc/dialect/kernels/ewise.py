@@ -186,8 +186,15 @@ def row_invariants(e, sparse: frozenset) -> tuple:
 
 # ------------------------------------------------------------------------------ MLIR text
 def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, parallel: bool,
-         facts: TargetFacts, stmt: Statement, dtypes: tuple[str, ...]) -> str:
-    """The MLIR module of the kernel; ``formats`` by operand name (widths resolved)."""
+         facts: TargetFacts, stmt: Statement, dtypes: tuple[str, ...], values: bool = False) -> str:
+    """The MLIR module of the kernel; ``formats`` by operand name (widths resolved).
+    ``values``: the values-only kernel of a sparse result whose pattern is known (a
+    derivative's, ``derivatives/values.py``): two more parameters, the pattern's positions
+    ``%C_pos`` and the values ``%C_val`` it fills in the pattern's order; nothing allocated,
+    no coordinate written, no result.  The caller guarantees the pattern is the one these
+    operands' patterns give (every write lands inside ``%C_val``)."""
+    if values and (plan.reduce or out is None):
+        raise ValueError("a values-only kernel is for a sparse result")
     opdt = dict(zip(stmt.operands, dtypes))
     folded = Statement(stmt.output, stmt.indices, plan.body, stmt.operands)
     node_dtypes = infer_dtypes(folded, {k: np.dtype(v) for k, v in opdt.items()})
@@ -203,7 +210,9 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         params += csr_params(role[op], f, T) if op in role else [f"%s{slot[op]}: memref<{'?x' * f.rank}{T}>"]
     if plan.reduce:
         params.append(f"%out_m: memref<?x{OT}>")
-    head = kernel_head(params, None if plan.reduce else csr_results(out, OT))
+    if values:
+        params += [f"%C_pos: memref<?x{ity(out.pos_width)}>", f"%C_val: memref<?x{OT}>"]
+    head = kernel_head(params, None if plan.reduce or values else csr_results(out, OT))
     t = Text()
     t.index_constants()
     outer_ix = plan.index_order.index(_outer(plan, stmt))
@@ -261,20 +270,23 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         lo, _, hi = row_bounds(t, f"%{r}_pos", "%i", f.pos_width)
         return lo, hi
 
-    if not plan.reduce:
+    if not plan.reduce and not values:
         t(f"%C_pos = memref.alloc({m1}) : memref<?x{ity(out.pos_width)}>")
     if driver is not None:
         D, fd = driver, (fa if driver == "A" else fb)
         if not plan.reduce:
             base = t.load_index(f"%{D}_pos", "%c0", fd.pos_width)
             nnz = t.op(f"arith.subi {t.load_index(f'%{D}_pos', m, fd.pos_width)}, {base} : index")
+            if values:
+                end = t.op(f"arith.addi {base}, {nnz} : index")
+        if not plan.reduce and not values:
             cap = t.op(f"arith.maxui {nnz}, %c1 : index")
             alloc_entries(t, cap, out, orow, facts)
             t(f"scf.for %q = %c0 to {m1} step %c1 {{")
             t.store_index(t.op(f"arith.subi {t.load_index(f'%{D}_pos', '%q', fd.pos_width)}, {base} : index"),
                           "%C_pos", "%q", out.pos_width)
             t("}")
-        if not plan.reduce:        # the coordinates: one flat copy (vectorised)
+            # the coordinates: one flat copy (vectorised)
             end = t.op(f"arith.addi {base}, {nnz} : index")
             t(f"scf.for %p = {base} to {end} step %c1 {{")
             w = t.op(f"arith.subi %p, {base} : index")
@@ -284,7 +296,7 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
             _loop_values(t, plan, base, end, lambda p: value({A: t.op(f"memref.load %A_val[{p}] : "
                                                                        f"memref<?x{T_A}>")}),
                          OT, orow, acc_zero, base)
-            return_csr(t, m, n, m1, nnz, out, OT)
+            _finish(t, values, m, n, m1, nnz, out, OT)
             t.lines[const_at:const_at] = body.hoisted
             return module(huge_page_decls(facts), head, t.lines)
         t(opening)
@@ -306,10 +318,10 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         if plan.reduce:
             t("return")
         else:
-            return_csr(t, m, n, m1, nnz, out, OT)
+            _finish(t, values, m, n, m1, nnz, out, OT)
     else:
         _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, opening, closing, bounds, m, n, m1,
-                      out, facts, acc_zero, row_prelude)
+                      out, facts, acc_zero, row_prelude, values)
     t.lines[const_at:const_at] = body.hoisted
     decls = huge_page_decls(facts) if not plan.reduce else []
     return module(decls, head, t.lines)
@@ -406,11 +418,13 @@ def _driven(t, plan, D, O, fd, fo, T_D, T_O, dlo, dhi, olo, ohi, names, zeros, v
 
 
 def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, opening, closing, bounds, m, n, m1, out,
-                  facts, acc_zero, row_prelude):
-    """A union (both ``keep``) or an intersection (neither): count, prefix sum, write; or sum."""
+                  facts, acc_zero, row_prelude, values):
+    """A union (both ``keep``) or an intersection (neither): count, prefix sum, write; or sum
+    (``values``: the values alone, at the known pattern's positions)."""
     union = plan.keep == (True, True)
     sparse_out = not plan.reduce
-    if sparse_out:
+    nnz = None
+    if sparse_out and not values:
         pw = out.pos_width
         t.store_index("%c0", "%C_pos", "%c0", pw)
         t(opening)                                 # phase 1: each row's size
@@ -461,7 +475,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
                          lambda: if_yield(t, le, OT, lambda: val_a(qa), lambda: val_b(qb)))
         if union:
             if sparse_out:
-                t.store_index(j, "%C_crd", acc, out.crd_width)
+                _crd(t, values, j, acc, out)
                 t(f"memref.store {v}, %C_val[{acc}] : memref<?x{OT}>")
                 return t.op(f"arith.addi {acc}, %c1 : index")
             return t.op(_add(orow, acc, v))
@@ -470,7 +484,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
             v = value({A: t.op(f"memref.load %A_val[{qa}] : memref<?x{T_A}>"),
                        B: t.op(f"memref.load %B_val[{qb}] : memref<?x{T_B}>")})
             if sparse_out:
-                t.store_index(j, "%C_crd", acc, out.crd_width)
+                _crd(t, values, j, acc, out)
                 t(f"memref.store {v}, %C_val[{acc}] : memref<?x{OT}>")
                 return t.op(f"arith.addi {acc}, %c1 : index")
             return t.op(_add(orow, acc, v))
@@ -485,7 +499,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
             t(f"{nxt} = scf.for %p = {q} to {hi} step %c1 iter_args(%w = {acc}) -> ({acc_ty}) {{")
             v = val("%p")
             if sparse_out:
-                t.store_index(t.load_index(f"%{r}_crd", "%p", f.crd_width), "%C_crd", "%w", out.crd_width)
+                _crd(t, values, t.load_index(f"%{r}_crd", "%p", f.crd_width), "%w", out)
                 t(f"memref.store {v}, %C_val[%w] : memref<?x{OT}>")
                 t(f"scf.yield {t.op('arith.addi %w, %c1 : index')} : index")
             else:
@@ -496,9 +510,22 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
         t(f"memref.store {acc}, %out_m[%i] : memref<?x{OT}>")
     t(closing)
     if sparse_out:
-        return_csr(t, m, n, m1, nnz, out, OT)
+        _finish(t, values, m, n, m1, nnz, out, OT)
     else:
         t("return")
+
+
+def _crd(t: Text, values: bool, j: str, at: str, out: Format) -> None:
+    """Store coordinate ``j`` of the result at ``at`` (none in a values-only kernel)."""
+    if not values:
+        t.store_index(j, "%C_crd", at, out.crd_width)
+
+
+def _finish(t: Text, values: bool, m, n, m1, nnz, out: Format, OT: str) -> None:
+    if values:
+        t("return")
+    else:
+        return_csr(t, m, n, m1, nnz, out, OT)
 
 
 def _as_index(t: Text, b: str) -> str:
