@@ -120,3 +120,23 @@ def test_out_and_layouts(bratu):
     Lc.sort_indices()
     for Lx in (L, Lc, Lc):      # (the delta's identity is CSR: the ordinary kernel, converting)
         np.testing.assert_array_equal(J.values(L=Lx, u=u, lam=0.3, f=f, layout="csc"), csc.data)
+
+
+def test_unsorted_rows_flagged_canonical_are_not_recorded(bratu):
+    """A CSR ``L`` whose flag says canonical but whose rows are not sorted: the ordinary path
+    sorts a copy (its values are right); the values-only merge, which needs sorted rows, is
+    never recorded for it."""
+    J, L0 = bratu
+    n = L0.shape[0]
+    u, f = np.linspace(0.2, 0.9, n), np.zeros(n)
+    want = J(L=L0, u=u, lam=0.7, f=f).toarray()
+    L = L0.copy()
+    L.indices[:2], L.data[:2] = L.indices[:2][::-1].copy(), L.data[:2][::-1].copy()   # row 0: columns 1, 0
+    L.has_sorted_indices = True
+    calls = _fixed_calls(J)
+    for _ in range(2):
+        vals = J.values(L=L, u=u, lam=0.7, f=f)
+        indptr, indices = J.pattern(L=L)
+        got = sp.csr_array((vals, indices, indptr), shape=(n, n)).toarray()
+        np.testing.assert_array_equal(got, want)
+    assert _fixed_calls(J) == calls

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ..dialect.kernels import ewise
 from ..errors import OperandError
 from ..expr import accesses
-from ..runtime import targets
+from ..runtime import fast_paths, targets
 from ..runtime.loader import load_module
 from ..runtime.memref import describe, specifier
 from .common import _dtype_check
@@ -50,6 +50,18 @@ def _key(x):
 
 def _width(a: np.ndarray) -> int:
     return a.dtype.itemsize * 8
+
+
+def _sorted_rows(x) -> bool:
+    """Whether every row (column) of CSR (CSC) ``x`` has strictly increasing indices."""
+    ind = x.indices.astype(np.int64, copy=False)
+    if ind.size < 2:
+        return True
+    up = np.diff(ind) > 0
+    starts = np.asarray(x.indptr[1:-1], np.int64) - 1      # the last entry of each row but the last
+    starts = starts[(starts >= 0) & (starts < up.size)]
+    up[starts] = True
+    return bool(up.all())
 
 
 class FixedPatternValues:
@@ -121,11 +133,17 @@ class FixedPatternValues:
         if set(dtypes) != {result.dtype.name}:
             return                      # (mixed dtypes: the ordinary path converts)
         dtypes = tuple(dtypes)
+        options = kernel.options
+        target = targets.resolve(options)
+        route = fast_paths.route(stmt, spec.formats, dtypes, spec.out_format, options.device,
+                                 facts=target.kernel_facts())
+        if route is None or route.kind != "ewise":     # the ordinary kernel was not the merge
+            return
         plan = ewise.match(stmt, spec.formats, dtypes, spec.out_format)
         if plan is None or plan.reduce or _width(result.indptr) != spec.out_format.pos_width:
             return
-        options = kernel.options
-        target = targets.resolve(options)
+        if not all(_sorted_rows(x) for x in args.values() if sp.issparse(x)):
+            return                      # (a flag that says canonical wrongly: the merge needs it)
         parallel = options.parallel != "none" and bool(target.param("openmp"))
         mlir = ewise.emit(plan, dict(zip(stmt.operands, spec.formats)), spec.out_format, dtypes[0], parallel,
                           target.kernel_facts(), stmt, dtypes, values=True)
