@@ -189,6 +189,17 @@ def test_dense_vectors_along_the_rows(name):
     np.testing.assert_allclose(got.toarray() if sp.issparse(got) else got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_dense_vectors_along_csc_columns():
+    """CSC operands: the stored outer index is the column, so ``v[j]`` is read once a column."""
+    rng = np.random.default_rng(_seed("rows-csc"))
+    A, B = _as(_matrix("float64", rng), "csc"), _as(_matrix("float64", rng), "csc")
+    v = rng.standard_normal(N)
+    k = sc.compile("C[i,j] = A[i,j] + exp(v[j]) * B[i,j]", out_format="csc")
+    got = k(A=A, B=B, v=v)
+    assert _handwritten(k) and got.format == "csc"
+    np.testing.assert_allclose(got.toarray(), A.toarray() + np.exp(v)[None, :] * B.toarray(), rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int64", "complex128", "float32"])
 def test_transposed_spmv(dtype):
     """``y = A.T @ (x * w) * s`` over a CSR ``A`` (the scatter kernel) on 1 and 2 threads."""
