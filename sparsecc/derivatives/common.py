@@ -42,6 +42,21 @@ def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
            for n, x in operands.items() if n in stmt.operands}
     for n in stmt.operands:
         dts.setdefault(n, np.dtype(np.float64))
+    key = (id(stmt), wrt, tuple(dts[n] for n in stmt.operands))
+    got = _checked.get(key)
+    if got is not None and got[0] is stmt:   # (a repeated call: ~0.3 ms of dtype inference)
+        return got[1]
+    out = _dtype_rules(stmt, dts, wrt, source)
+    if len(_checked) > 256:
+        _checked.clear()
+    _checked[key] = (stmt, out)          # (the statement kept: its id is not reused)
+    return out
+
+
+_checked: dict = {}
+
+
+def _dtype_rules(stmt: Statement, dts: dict, wrt: str, source: str):
     out = infer_dtypes(stmt, dts)[stmt.expr]
     for what, dt in (("the result", out), (f"operand '{wrt}'", dts[wrt])):
         if dt.kind not in "fc":
