@@ -40,6 +40,17 @@ def bratu():
     return J, L
 
 
+_REF = []
+
+
+def _ordinary(**ops):
+    """The ordinary kernel's result: a Jacobian that never keeps a recorded pattern."""
+    if not _REF:
+        _REF.append(sc.jacobian(BRATU, wrt="u"))
+    _REF[0]._fixed.clear()
+    return _REF[0](**ops)
+
+
 def _fixed_calls(J, layout="csr"):
     f = J._fixed.get(layout)
     return 0 if f is None else f.calls
@@ -59,7 +70,7 @@ def test_repeated_values_run_the_values_only_kernel(bratu):
     for lam in (-2.0, 0.5):
         u = rng.uniform(0.1, 1.0, n)
         got = J.values(L=L, u=u, lam=lam, f=f, pattern=(indptr, indices))
-        ref = J(L=L, u=u, lam=lam, f=f)
+        ref = _ordinary(L=L, u=u, lam=lam, f=f)
         assert np.array_equal(ref.indptr, indptr) and np.array_equal(ref.indices, indices)
         assert got.tobytes() == ref.data.tobytes()
         dense = _torch_jacobian(L, u, lam, f)
@@ -88,13 +99,13 @@ def test_another_pattern_runs_the_ordinary_kernel(bratu):
     L.indices[2] = 7
     got = J.values(L=L, u=u, lam=1.0, f=f)
     assert _fixed_calls(J) == calls
-    np.testing.assert_array_equal(got, J(L=L, u=u, lam=1.0, f=f).data)
+    np.testing.assert_array_equal(got, _ordinary(L=L, u=u, lam=1.0, f=f).data)
     with pytest.raises(PatternError):             # (recorded: by the values-only kernel)
         J.values(L=L, u=u, lam=1.0, f=f, pattern=old)
     assert _fixed_calls(J) == calls + 1
     L2 = sp.csr_array(L0 + sp.eye_array(n, k=3, dtype=np.float64))
     got = J.values(L=L2, u=u, lam=1.0, f=f)
-    assert _fixed_calls(J) == calls + 1 and got.size == J(L=L2, u=u, lam=1.0, f=f).nnz
+    assert _fixed_calls(J) == calls + 1 and got.size == _ordinary(L=L2, u=u, lam=1.0, f=f).nnz
 
 
 def test_out_and_layouts(bratu):
@@ -104,7 +115,7 @@ def test_out_and_layouts(bratu):
     rng = np.random.default_rng(_seed("out"))
     n = L.shape[0]
     u, f = rng.uniform(0.1, 1.0, n), np.zeros(n)
-    ref = J(L=L, u=u, lam=0.3, f=f)
+    ref = _ordinary(L=L, u=u, lam=0.3, f=f)
     for _ in range(2):
         out = np.full(ref.nnz, np.nan)
         assert J.values(L=L, u=u, lam=0.3, f=f, out=out) is out
@@ -129,7 +140,7 @@ def test_unsorted_rows_flagged_canonical_are_not_recorded(bratu):
     J, L0 = bratu
     n = L0.shape[0]
     u, f = np.linspace(0.2, 0.9, n), np.zeros(n)
-    want = J(L=L0, u=u, lam=0.7, f=f).toarray()
+    want = _ordinary(L=L0, u=u, lam=0.7, f=f).toarray()
     L = L0.copy()
     L.indices[:2], L.data[:2] = L.indices[:2][::-1].copy(), L.data[:2][::-1].copy()   # row 0: columns 1, 0
     L.has_sorted_indices = True
@@ -140,3 +151,24 @@ def test_unsorted_rows_flagged_canonical_are_not_recorded(bratu):
         got = sp.csr_array((vals, indices, indptr), shape=(n, n)).toarray()
         np.testing.assert_array_equal(got, want)
     assert _fixed_calls(J) == calls
+
+
+def test_repeated_call_returns_a_matrix_on_a_copy_of_the_pattern(bratu):
+    """``J(...)`` again on the recorded pattern: the values-only kernel, a CSR matrix equal to
+    the ordinary one; changing the returned matrix's indices in place changes nothing
+    recorded (the next call is right and still values-only)."""
+    J, L = bratu
+    n = L.shape[0]
+    u, f = np.linspace(0.1, 0.8, n), np.ones(n)
+    first = J(L=L, u=u, lam=0.4, f=f)
+    calls = _fixed_calls(J)
+    want = _ordinary(L=L, u=u, lam=0.4, f=f).toarray()
+    np.testing.assert_array_equal(first.toarray(), want)
+    for _ in range(2):
+        got = J(L=L, u=u, lam=0.4, f=f)
+        assert got.format == "csr" and got.has_canonical_format and got.dtype == np.float64
+        np.testing.assert_array_equal(got.toarray(), want)
+        got.indices[:] = 0                      # the caller's copy
+        got.indptr[:] = 0
+        first.indices[:] = 0
+    assert _fixed_calls(J) == calls + 2

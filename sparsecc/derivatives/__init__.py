@@ -150,7 +150,7 @@ class Jacobian(_Derived):
         out = k(**args)
         if not sp.issparse(out):       # a full pattern: every entry
             out = np.asarray(out)
-        elif record:                   # values(...) again on this pattern: the values-only kernel
+        elif record and out.dtype == dt:   # again on this pattern: the values-only kernel
             self._fixed.setdefault(layout, FixedPatternValues()).record(
                 k, {n: args[n] for n in self.statement.operands}, out)
         return _in(out, dt)
@@ -168,7 +168,15 @@ class Jacobian(_Derived):
     def __call__(self, **operands):
         ops = self._operands(operands)
         t = self._tensor_for(ops)
-        return t.run(ops) if t is not None else self._run(ops, "csr")
+        if t is not None:
+            return t.run(ops)
+        known = known_values(self, ops, "csr")
+        if known is not None:            # the recorded pattern (copied: the caller owns the result)
+            vals, (indptr, indices) = known
+            m = sp.csr_array((vals, indices.copy(), indptr.copy()), shape=self._fixed["csr"].shape)
+            m.has_canonical_format = True    # (the kernel's own pattern: sorted, no duplicates)
+            return m
+        return self._run(ops, "csr", record=True)
 
     def pattern(self, layout: str = "csr", **operands):
         """The pattern alone, from the sparse operands' patterns (dense operands may be left

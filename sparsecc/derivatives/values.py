@@ -1,14 +1,15 @@
 """Values on a known pattern: a Jacobian's repeated ``values(...)`` without building its pattern.
 
-The first call for some operand patterns runs the derivative kernel (a sparse result: its
-pattern and values).  When that kernel is the hand-written element-wise merge
+The first call (``J(...)`` or ``J.values(...)``) for some operand patterns runs the derivative
+kernel (a sparse result: its pattern and values).  When that kernel is the hand-written element-wise merge
 (``dialect/kernels/ewise.py``: ``L[i,k] + lam * exp(u[i]) * Id[i,k]``, a Jacobian's usual
 shape), the same merge is also emitted values-only: it takes the pattern's positions and
 fills an array of the pattern's length in its order, allocating nothing (no coordinates
 written, no buffer grown, no pages of a fresh result cleared).  Later calls whose sparse
 operands have exactly the index arrays of the first (compared with copies of them, so an
-in-place change is a new pattern) run it; any other call takes the ordinary kernel, which
-also records the new pattern (the last one only).
+in-place change is a new pattern) run it (``J(...)`` then returns the values on a copy of the
+recorded pattern); any other call takes the ordinary kernel, which also records the new
+pattern (the last one per layout; copied, so nothing the caller holds is recorded).
 
 The values kernel writes at the recorded positions, so the recorded pattern must be the one
 the operands give: the index arrays are compared on every call, the shapes, index and value
@@ -37,6 +38,7 @@ class _Recorded:
     def __init__(self, mod, names, keys, indices, pattern, dtype, sizes):
         self.mod, self.names, self.keys, self.indices = mod, names, keys, indices
         self.pattern, self.dtype, self.sizes = pattern, dtype, sizes
+        self.shape = None
 
 
 def _key(x):
@@ -77,6 +79,10 @@ class FixedPatternValues:
     @property
     def pattern(self):
         return None if self._rec is None else self._rec.pattern
+
+    @property
+    def shape(self):
+        return None if self._rec is None else self._rec.shape
 
     def run(self, args: dict, out=None):
         rec = self._rec
@@ -153,8 +159,9 @@ class FixedPatternValues:
             sizes.update(zip(a.indices, np.shape(args[a.tensor])))
         self._rec = _Recorded(mod, tuple(args), tuple(_key(x) for x in args.values()),
                               {n: (x.indptr.copy(), x.indices.copy()) for n, x in args.items() if sp.issparse(x)},
-                              (result.indptr, result.indices), result.dtype,
+                              (result.indptr.copy(), result.indices.copy()), result.dtype,
                               tuple(int(sizes[ix]) for ix in plan.index_order))
+        self._rec.shape = result.shape
 
 
 def known_values(jac, ops: dict, layout: str, out=None):
