@@ -129,7 +129,7 @@ def test_out_and_layouts(bratu):
     csc.sort_indices()
     Lc = sp.csc_array(L)
     Lc.sort_indices()
-    for Lx in (L, Lc, Lc):      # (the delta's identity is CSR: the ordinary kernel, converting)
+    for Lx in (L, Lc, Lc):      # (u[i] is the inner index of a CSC result: the sparsifier's kernel)
         np.testing.assert_array_equal(J.values(L=Lx, u=u, lam=0.3, f=f, layout="csc"), csc.data)
 
 

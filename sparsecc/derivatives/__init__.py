@@ -129,11 +129,11 @@ class Jacobian(_Derived):
                                f"pass the operand {self.wrt!r} too")
         return m, n
 
-    def _args(self, ops: dict, dtype) -> dict:
+    def _args(self, ops: dict, dtype, layout: str = "csr") -> dict:
         args = {n: x for n, x in ops.items() if n in self.statement.operands}
         args.update({a: ops[n] for a, n in self.aliases.items() if n in ops})
         if DELTA in self.statement.operands:
-            args[DELTA] = _identity(self._shape(ops)[1], dtype)
+            args[DELTA] = _identity(self._shape(ops)[1], dtype, layout == "csc")
         return args
 
     def _run(self, ops: dict, layout: str, record: bool = False):
@@ -142,7 +142,7 @@ class Jacobian(_Derived):
             m, n = self._shape(ops)
             cls = sp.csc_array if layout == "csc" else sp.csr_array
             return cls((m, n), dtype=dt)
-        args = self._args(ops, dt)
+        args = self._args(ops, dt, layout)
         sparse = frozenset(n for n, x in args.items() if sp.issparse(x))
         if default_result_format(self.statement, sparse) == "dense":
             layout = "dense"           # the pattern is full (or dense along an index): every entry

@@ -18,16 +18,18 @@ def _kernel(stmt: Statement, options, out_format):
     return make_kernel(str(stmt), (), {}, options, out_format=out_format)
 
 
-def _identity(n: int, dtype) -> sp.csr_array:
-    """The sparse identity a delta reads (one per size and dtype: an operand, not a result)."""
-    key = (n, np.dtype(dtype))
+def _identity(n: int, dtype, csc: bool = False):
+    """The sparse identity a delta reads (one per size and dtype: an operand, not a result);
+    ``csc``: as a CSC array (the same buffers), for a kernel with a CSC result."""
+    key = (n, np.dtype(dtype), csc)
     m = _identities.get(key)
     if m is None:
         # 32-bit indices where they fit, as SciPy's own (the operands the kernel reads beside it
         # are usually int32: one index width, read as they are)
         it = np.int32 if n < np.iinfo(np.int32).max else np.int64
         idx = np.arange(n, dtype=it)
-        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=it)), shape=(n, n))
+        m = (sp.csc_array if csc else sp.csr_array)((np.ones(n, dtype), idx, np.arange(n + 1, dtype=it)),
+                                                    shape=(n, n))
         if len(_identities) > 64:
             _identities.clear()
         _identities[key] = m

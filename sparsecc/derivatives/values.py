@@ -170,7 +170,7 @@ def known_values(jac, ops: dict, layout: str, out=None):
     fixed = jac._fixed.get(layout)
     if fixed is None or jac.statement is None:
         return None
-    args = jac._args(ops, _dtype_check(jac.stmt, ops, jac.wrt, jac.source))
+    args = jac._args(ops, _dtype_check(jac.stmt, ops, jac.wrt, jac.source), layout)
     names = jac.statement.operands
     if set(args) != set(names):
         return None
