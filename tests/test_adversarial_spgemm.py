@@ -58,6 +58,10 @@ _BOUND_CASES = {
                            lambda A, B: A * (B + A.T)),
     "a_times_b_t": ("C[i,j] = A[i,j] * B[j,i]", lambda: dict(A=sp.csr_array(np.ones((6, 6))), B=_upper(6)),
                     lambda A, B: A * B.T),
+    # a factor broadcast along the result (a Jacobian's diagonal term): the union of A and B
+    "row_scaled": ("C[i,j] = A[i,j] + s * exp(v[i]) * B[i,j]",
+                   lambda: dict(A=_upper(6), s=2.0, v=np.linspace(-1, 1, 6), B=sp.csr_array(np.eye(6))),
+                   lambda A, s, v, B: A + s * np.exp(v)[:, None] * B),
     "mask_sum": ("C[i,j] = sum[k](A[i,j] * X[i,k])", lambda: dict(A=_upper(6), X=np.ones((6, 3))),
                  lambda A, X: A * X.sum(1)[:, None]),
     "product": ("C[i,j] = sum[k](A[i,k] * B[k,j])",

@@ -139,6 +139,67 @@ def test_match_refuses_full_patterns():
         assert (ewise.match(parse_notation(text), (csr,), ("float64",), None) is not None) == fires, text
 
 
+#: dense vectors along the outer index beside the sparse operands (read once a row): a
+#: Jacobian's diagonal term ``L + lam * exp(u[i]) * Id``, a row scaling, a row sum
+ROW_CASES = {
+    "diagonal_term": ("C[i,j] = A[i,j] + s * exp(v[i]) * B[i,j]",
+                      lambda A, B, v, s: A + s * np.exp(v)[:, None] * B),
+    "row_scale": ("C[i,j] = v[i] * A[i,j]", lambda A, B, v, s: v[:, None] * A),
+    "mixed": ("C[i,j] = sin(v[i] * A[i,j]) - B[i,j] * (v[i] + s)",
+              lambda A, B, v, s: np.sin(v[:, None] * A) - B * (v + s)[:, None]),
+    "row_sum": ("y[i] = sum[j](A[i,j] * exp(v[i]))", lambda A, B, v, s: (A * np.exp(v)[:, None]).sum(1)),
+}
+
+
+@pytest.mark.parametrize("name", list(ROW_CASES))
+def test_dense_vectors_along_the_rows(name):
+    """CSR operands with a dense ``v[i]`` (an inf in it: NumPy's NaN where ``inf * 0``) take
+    the hand-written kernel on 1 and 2 threads, the same bits; CSC operands, where ``i`` is
+    not the stored outer index, run the sparsifier's kernel and agree where values are finite."""
+    text, ref = ROW_CASES[name]
+    rng = np.random.default_rng(_seed(f"rows{name}"))
+    A0, B0 = _matrix("float64", rng), _matrix("float64", rng)
+    v, s = rng.standard_normal(M), 0.75
+    v[3] = np.inf if name == "diagonal_term" else v[3]
+    with np.errstate(all="ignore"):
+        want = ref(A0.toarray(), B0.toarray(), v, s)
+    if name == "diagonal_term":     # inf * 0 is NaN on the stored entries; the others stay 0
+        union = np.zeros((M, N), bool)
+        union[A0.row, A0.col] = union[B0.row, B0.col] = True
+        want = np.where(union, want, 0.0)
+    k = sc.compile(text, out_format=None if name == "row_sum" else "csr")
+    every = {"A": sp.csr_array(A0), "B": sp.csr_array(B0), "v": v, "s": s}
+    ops = {n: every[n] for n in k.stmt.operands}
+    threads.set_min_parallel_work(0)
+    outs = []
+    for th in (1, 2):
+        sc.set_num_threads(th)
+        got = k(**ops)
+        outs.append(got.toarray() if sp.issparse(got) else got)
+        np.testing.assert_allclose(outs[-1], want, rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert _handwritten(k) and outs[0].tobytes() == outs[1].tobytes()
+    if name == "diagonal_term":            # the result stores the union of A and B, no more
+        assert k(**ops).nnz == union.sum() and np.isnan(outs[0][3][union[3] & (B0.toarray()[3] == 0)]).all()
+        ops["v"] = np.where(np.isfinite(v), v, 0.0)
+        want = ref(A0.toarray(), B0.toarray(), ops["v"], s)
+    kc = sc.compile(text, out_format=None if name == "row_sum" else "csc")
+    with np.errstate(all="ignore"):
+        got = kc(**{n: sp.csc_array(x) if n in "AB" else x for n, x in ops.items()})
+    assert not _handwritten(kc)
+    np.testing.assert_allclose(got.toarray() if sp.issparse(got) else got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_dense_vectors_along_csc_columns():
+    """CSC operands: the stored outer index is the column, so ``v[j]`` is read once a column."""
+    rng = np.random.default_rng(_seed("rows-csc"))
+    A, B = _as(_matrix("float64", rng), "csc"), _as(_matrix("float64", rng), "csc")
+    v = rng.standard_normal(N)
+    k = sc.compile("C[i,j] = A[i,j] + exp(v[j]) * B[i,j]", out_format="csc")
+    got = k(A=A, B=B, v=v)
+    assert _handwritten(k) and got.format == "csc"
+    np.testing.assert_allclose(got.toarray(), A.toarray() + np.exp(v)[None, :] * B.toarray(), rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int64", "complex128", "float32"])
 def test_transposed_spmv(dtype):
     """``y = A.T @ (x * w) * s`` over a CSR ``A`` (the scatter kernel) on 1 and 2 threads."""

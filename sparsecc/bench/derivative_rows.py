@@ -198,7 +198,10 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="sparsecc's thread count (the peers run on one)")
     args = p.parse_args(argv)
+    import sparsecc as sc
+    sc.set_num_threads(args.threads)     # as `python -m sparsecc bench --derivatives` does
     rs = rows(args.scale, args.rounds, seed=args.seed)
     print(table(rs))
     return 0 if all(r["ok"] for r in rs) else 1

@@ -23,6 +23,7 @@ from ..patterns import default_result_format
 from .common import _dtype_check, _identity, _in, _kernel
 from .symbolic import DELTA, NotDifferentiableError, check_wrt, contracted, derivative, fresh_index, split_reads
 from .entries import EntryCache
+from .values import FixedPatternValues, into, known_values
 from .stored import StoredHessian, StoredHVP
 from .tensor import TensorJacobian, check_flatten
 
@@ -101,6 +102,7 @@ class Jacobian(_Derived):
         self.base = stmt               # the statement differentiated
         self._kernels: dict = {}
         self._masked = None            # the Jacobian wrt a sparse vector's stored values
+        self._fixed: dict = {}         # layout -> values on the last pattern (values.py)
 
     def __repr__(self):
         return f"<sc.jacobian of '{self.source}' wrt {self.wrt}: {self.statement}>"
@@ -127,26 +129,30 @@ class Jacobian(_Derived):
                                f"pass the operand {self.wrt!r} too")
         return m, n
 
-    def _args(self, ops: dict, dtype) -> dict:
+    def _args(self, ops: dict, dtype, layout: str = "csr") -> dict:
         args = {n: x for n, x in ops.items() if n in self.statement.operands}
         args.update({a: ops[n] for a, n in self.aliases.items() if n in ops})
         if DELTA in self.statement.operands:
-            args[DELTA] = _identity(self._shape(ops)[1], dtype)
+            args[DELTA] = _identity(self._shape(ops)[1], dtype, layout == "csc")
         return args
 
-    def _run(self, ops: dict, layout: str):
+    def _run(self, ops: dict, layout: str, record: bool = False):
         dt = _dtype_check(self.stmt, ops, self.wrt, self.source)
         if self.statement is None:
             m, n = self._shape(ops)
             cls = sp.csc_array if layout == "csc" else sp.csr_array
             return cls((m, n), dtype=dt)
-        args = self._args(ops, dt)
+        args = self._args(ops, dt, layout)
         sparse = frozenset(n for n, x in args.items() if sp.issparse(x))
         if default_result_format(self.statement, sparse) == "dense":
             layout = "dense"           # the pattern is full (or dense along an index): every entry
-        out = self._kernel_for(layout)(**args)
+        k = self._kernel_for(layout)
+        out = k(**args)
         if not sp.issparse(out):       # a full pattern: every entry
             out = np.asarray(out)
+        elif record and out.dtype == dt:   # again on this pattern: the values-only kernel
+            self._fixed.setdefault(layout, FixedPatternValues()).record(
+                k, {n: args[n] for n in self.statement.operands}, out)
         return _in(out, dt)
 
     def _tensor_for(self, ops: dict):
@@ -162,7 +168,15 @@ class Jacobian(_Derived):
     def __call__(self, **operands):
         ops = self._operands(operands)
         t = self._tensor_for(ops)
-        return t.run(ops) if t is not None else self._run(ops, "csr")
+        if t is not None:
+            return t.run(ops)
+        known = known_values(self, ops, "csr")
+        if known is not None:            # the recorded pattern (copied: the caller owns the result)
+            vals, (indptr, indices) = known
+            m = sp.csr_array((vals, indices.copy(), indptr.copy()), shape=self._fixed["csr"].shape)
+            m.has_canonical_format = True    # (the kernel's own pattern: sorted, no duplicates)
+            return m
+        return self._run(ops, "csr", record=True)
 
     def pattern(self, layout: str = "csr", **operands):
         """The pattern alone, from the sparse operands' patterns (dense operands may be left
@@ -197,25 +211,33 @@ class Jacobian(_Derived):
             return rows, m.indices
         return m.indptr, m.indices
 
-    def values(self, layout: str = "csr", pattern=None, **operands) -> np.ndarray:
+    def values(self, layout: str = "csr", pattern=None, out=None, **operands) -> np.ndarray:
         """The values on the pattern in a fixed layout: CSR order (``"csr"``, and ``"coo"``:
         row-major triplets, ``pattern(layout="coo")``'s order) or CSC order (``"csc"``,
         computed by the derivative kernel with a CSC result).  ``pattern``: the pattern the
         caller holds (from ``pattern(layout=...)``); a ``PatternError`` if these operands'
-        pattern differs (values are never placed in a stale layout)."""
+        pattern differs (values are never placed in a stale layout).  ``out``: an array of
+        the pattern's length and the values' dtype to write them into (returned).  A repeated
+        call on the pattern of the last one runs a values-only kernel (``values.py``)."""
         _layout(layout)
         ops = self._operands(operands)
         t = self._tensor_for(ops)
         if t is not None:
             m = t.run(ops)
             _same_pattern(pattern, lambda: _tensor_layout(m, layout, "pattern"))
-            return _tensor_layout(m, layout, "values")
-        m = self._run(ops, "csc" if layout == "csc" else "csr")
+            return into(out, _tensor_layout(m, layout, "values"))
+        kind = "csc" if layout == "csc" else "csr"
+        known = known_values(self, ops, kind, out)
+        if known is not None:
+            vals, (indptr, indices) = known
+            _same_pattern(pattern, lambda: _compressed_layout(indptr, indices, layout))
+            return vals
+        m = self._run(ops, kind, record=True)
         if not sp.issparse(m):
             _same_pattern(pattern, lambda: _full_pattern(m.shape, layout))
-            return np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1)
-        _same_pattern(pattern, lambda: _compressed_layout(m, layout))
-        return m.data
+            return into(out, np.ascontiguousarray(m.T if layout == "csc" else m).reshape(-1))
+        _same_pattern(pattern, lambda: _compressed_layout(m.indptr, m.indices, layout))
+        return into(out, m.data)
 
 
 class PatternError(OperandError):
@@ -234,13 +256,13 @@ def _same_pattern(given, current):
 
 def _full_pattern(shape, layout):
     m = sp.csr_array(np.ones(shape, bool)) if layout != "csc" else sp.csc_array(np.ones(shape, bool))
-    return _compressed_layout(m, layout)
+    return _compressed_layout(m.indptr, m.indices, layout)
 
 
-def _compressed_layout(m, layout):
+def _compressed_layout(indptr, indices, layout):
     if layout == "coo":
-        return np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr)), m.indices
-    return m.indptr, m.indices
+        return np.repeat(np.arange(len(indptr) - 1, dtype=indices.dtype), np.diff(indptr)), indices
+    return indptr, indices
 
 
 def _ones_for(stmt: Statement, ops: dict, wrt: str, masked: bool) -> dict:

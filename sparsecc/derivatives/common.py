@@ -18,13 +18,18 @@ def _kernel(stmt: Statement, options, out_format):
     return make_kernel(str(stmt), (), {}, options, out_format=out_format)
 
 
-def _identity(n: int, dtype) -> sp.csr_array:
-    """The sparse identity a delta reads (one per size and dtype: an operand, not a result)."""
-    key = (n, np.dtype(dtype))
+def _identity(n: int, dtype, csc: bool = False):
+    """The sparse identity a delta reads (one per size and dtype: an operand, not a result);
+    ``csc``: as a CSC array (the same buffers), for a kernel with a CSC result."""
+    key = (n, np.dtype(dtype), csc)
     m = _identities.get(key)
     if m is None:
-        idx = np.arange(n, dtype=np.int64)
-        m = sp.csr_array((np.ones(n, dtype), idx, np.arange(n + 1, dtype=np.int64)), shape=(n, n))
+        # 32-bit indices where they fit, as SciPy's own (the operands the kernel reads beside it
+        # are usually int32: one index width, read as they are)
+        it = np.int32 if n < np.iinfo(np.int32).max else np.int64
+        idx = np.arange(n, dtype=it)
+        m = (sp.csc_array if csc else sp.csr_array)((np.ones(n, dtype), idx, np.arange(n + 1, dtype=it)),
+                                                    shape=(n, n))
         if len(_identities) > 64:
             _identities.clear()
         _identities[key] = m
@@ -39,6 +44,21 @@ def _dtype_check(stmt: Statement, operands: dict, wrt: str, source: str):
            for n, x in operands.items() if n in stmt.operands}
     for n in stmt.operands:
         dts.setdefault(n, np.dtype(np.float64))
+    key = (id(stmt), wrt, tuple(dts[n] for n in stmt.operands))
+    got = _checked.get(key)
+    if got is not None and got[0] is stmt:   # (a repeated call: ~0.3 ms of dtype inference)
+        return got[1]
+    out = _dtype_rules(stmt, dts, wrt, source)
+    if len(_checked) > 256:
+        _checked.clear()
+    _checked[key] = (stmt, out)          # (the statement kept: its id is not reused)
+    return out
+
+
+_checked: dict = {}
+
+
+def _dtype_rules(stmt: Statement, dts: dict, wrt: str, source: str):
     out = infer_dtypes(stmt, dts)[stmt.expr]
     for what, dt in (("the result", out), (f"operand '{wrt}'", dts[wrt])):
         if dt.kind not in "fc":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DeviceError, FormatError, OperandError, SparseccError
-from ..expr import Access, Binary, Const, Reduce, Statement, Unary, accesses, describe
+from ..expr import Access, Binary, Reduce, Statement, Unary, accesses, describe, walk
 from ..formats import Format, resolve
 from ..options import DEFAULT, Options
 from ..parse import parse_notation
@@ -47,7 +47,8 @@ def bound_rule(stmt: Statement) -> tuple | None:
     (:func:`entries_bound`), or None (only the product of the result's dimensions does).
 
     * ``("union", ops)``: element-wise ``+``, ``-``, ``*`` (and negation, scaling by a 0-d
-      operand or a constant) of operands indexed by exactly the result's indices: the
+      operand, a constant, or any expression of operands indexed by fewer of the result's
+      indices: ``lam * exp(u[i]) * Id[i,k]``) of operands indexed by exactly the result's indices: the
       result's pattern is within the union of the accesses' patterns, so it stores at most
       their stored entries summed, one term per access (``ops``: the operand position of
       each; ``A[i,j] + A[j,i]`` reads A twice, and its union stores up to twice A's entries;
@@ -71,7 +72,10 @@ def bound_rule(stmt: Statement) -> tuple | None:
         if isinstance(e, Binary) and e.op in ("+", "-"):
             return elementwise(e.left) and elementwise(e.right)
         if isinstance(e, Binary) and e.op == "*":
-            scalar = lambda x: isinstance(x, Const) or (isinstance(x, Access) and x.indices == ())
+            def scalar(x) -> bool:         # broadcast along the result: no index of its own
+                if any(isinstance(n, Reduce) for n in walk(x)):
+                    return False
+                return all(len(a.indices) < len(out) and set(a.indices) <= set(out) for a in accesses(x))
             return ((elementwise(e.left) and (scalar(e.right) or elementwise(e.right)))
                     or (scalar(e.left) and elementwise(e.right)))
         return False

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import dtypes as dt
-from ...expr import BINARY, Access, Binary, Const, Reduce, Statement, Unary, accesses, fold, infer_dtypes
+from ...expr import BINARY, Access, Binary, Const, Reduce, Statement, Unary, accesses, children, fold, infer_dtypes
 from ...formats import Format
 from ...kernel_abi import TargetFacts
 from ...patterns import keeps_zero, zero_behaviour
@@ -56,6 +56,7 @@ class EwisePlan:
     keep: tuple[bool, bool]         # entries stored in A only / in B only take part
     out_dtype: str
     cheap: bool                     # no math function: compute every point's value, select
+    rows: tuple = ()                # subexpressions computed once a row (row_invariants)
 
 
 def vanishes(e, absent: frozenset) -> bool | None:
@@ -94,13 +95,17 @@ def vanishes(e, absent: frozenset) -> bool | None:
     return (lv and rv and not nonzero) or (lv and left_kills) or (rv and right_kills)
 
 
-def _cheap(e, real: bool) -> bool:
-    """No call to a math function, no loop (``pow(x, 2)`` of reals is ``x * x`` to LLVM)."""
+def _cheap(e, real: bool, rows: tuple = ()) -> bool:
+    """No call to a math function, no loop (``pow(x, 2)`` of reals is ``x * x`` to LLVM),
+    outside the once-a-row values ``rows``."""
+    if e in rows:
+        return True
     if isinstance(e, Unary):
-        return (e.fn in _CHEAP_FNS or e.fn.startswith("astype_")) and _cheap(e.arg, real)
+        return (e.fn in _CHEAP_FNS or e.fn.startswith("astype_")) and _cheap(e.arg, real, rows)
     if isinstance(e, Binary):
         square = e.op == "pow" and real and isinstance(e.right, Const) and e.right.value == 2
-        return (square or e.op not in ("pow", "/", "//", "%")) and _cheap(e.left, real) and _cheap(e.right, real)
+        return (square or e.op not in ("pow", "/", "//", "%")) and _cheap(e.left, real, rows) and \
+            _cheap(e.right, real, rows)
     return True
 
 
@@ -124,18 +129,24 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     accs = accesses(body)
     if vanishes(body, frozenset()) is None or not accs:
         return None
-    sparse = tuple(dict.fromkeys(a.tensor for a in accs if a.indices))
+    sparse = tuple(dict.fromkeys(a.tensor for a in accs if len(a.indices) == 2))
     if not 1 <= len(sparse) <= 2 or set(a.tensor for a in accs) != set(stmt.operands):
         return None
-    idx = next(a.indices for a in accs if a.indices)
-    if len(idx) != 2 or idx[0] == idx[1] or any(a.indices not in ((), idx) for a in accs):
+    idx = next(a.indices for a in accs if len(a.indices) == 2)
+    if idx[0] == idx[1] or any(len(a.indices) == 2 and a.indices != idx for a in accs):
         return None
     order = tuple(fmts[sparse[0]].order or (0, 1))
     if order not in ((0, 1), (1, 0)) or not all(is_compressed(fmts[s], order) for s in sparse):
         return None
-    if any(not (fmts[a.tensor].is_dense and fmts[a.tensor].rank == 0) for a in accs if not a.indices):
-        return None
     outer, inner = idx[order[0]], idx[order[1]]
+    # besides the sparse operands: 0-d operands, and dense vectors along the outer index
+    # (read once a row: ``L[i,k] + lam * exp(u[i]) * Id[i,k]``, a Jacobian's diagonal term)
+    for a in accs:
+        if a.tensor in sparse:
+            continue
+        f = fmts[a.tensor]
+        if not (f.is_dense and f.rank == len(a.indices) and a.indices in ((), (outer,))):
+            return None
     if reduce and (tuple(stmt.indices) != (outer,) or tuple(e.indices) != (inner,)):
         return None
     if not reduce and (tuple(stmt.indices) != idx or not is_compressed(out_format, order)):
@@ -151,14 +162,39 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     else:
         keep = (not vanishes(body, frozenset(sparse[1:])), not vanishes(body, frozenset(sparse[:1])))
     order_ix = tuple(dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices))
+    rows = row_invariants(body, frozenset(sparse))
     return EwisePlan("ewise", body, sparse, order, order_ix, reduce, keep, out_dtype.name,
-                     _cheap(body, dt.TABLE[out_dtype.name].kind == "float"))
+                     _cheap(body, dt.TABLE[out_dtype.name].kind == "float", rows), rows)
+
+
+def row_invariants(e, sparse: frozenset) -> tuple:
+    """The largest subexpressions of ``e`` that read a dense vector (along the outer index)
+    and no sparse operand: computed once a row, before the row's entries."""
+    got: list = []
+
+    def visit(x):
+        accs = accesses(x)
+        if accs and any(a.indices for a in accs) and not any(a.tensor in sparse for a in accs):
+            if x not in got:
+                got.append(x)
+            return
+        for c in children(x):
+            visit(c)
+    visit(e)
+    return tuple(got)
 
 
 # ------------------------------------------------------------------------------ MLIR text
 def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, parallel: bool,
-         facts: TargetFacts, stmt: Statement, dtypes: tuple[str, ...]) -> str:
-    """The MLIR module of the kernel; ``formats`` by operand name (widths resolved)."""
+         facts: TargetFacts, stmt: Statement, dtypes: tuple[str, ...], values: bool = False) -> str:
+    """The MLIR module of the kernel; ``formats`` by operand name (widths resolved).
+    ``values``: the values-only kernel of a sparse result whose pattern is known (a
+    derivative's, ``derivatives/values.py``): two more parameters, the pattern's positions
+    ``%C_pos`` and the values ``%C_val`` it fills in the pattern's order; nothing allocated,
+    no coordinate written, no result.  The caller guarantees the pattern is the one these
+    operands' patterns give (every write lands inside ``%C_val``)."""
+    if values and (plan.reduce or out is None):
+        raise ValueError("a values-only kernel is for a sparse result")
     opdt = dict(zip(stmt.operands, dtypes))
     folded = Statement(stmt.output, stmt.indices, plan.body, stmt.operands)
     node_dtypes = infer_dtypes(folded, {k: np.dtype(v) for k, v in opdt.items()})
@@ -171,17 +207,19 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
     slot = {op: k for k, op in enumerate(formats)}     # (operand names need not be MLIR names)
     for op, f in formats.items():
         T = dt.TABLE[opdt[op]].storage
-        params += csr_params(role[op], f, T) if op in role else [f"%s{slot[op]}: memref<{T}>"]
+        params += csr_params(role[op], f, T) if op in role else [f"%s{slot[op]}: memref<{'?x' * f.rank}{T}>"]
     if plan.reduce:
         params.append(f"%out_m: memref<?x{OT}>")
-    head = kernel_head(params, None if plan.reduce else csr_results(out, OT))
+    if values:
+        params += [f"%C_pos: memref<?x{ity(out.pos_width)}>", f"%C_val: memref<?x{OT}>"]
+    head = kernel_head(params, None if plan.reduce or values else csr_results(out, OT))
     t = Text()
     t.index_constants()
     outer_ix = plan.index_order.index(_outer(plan, stmt))
     dims = [f"%size_{ix}" for ix in plan.index_order]
     m, n = dims[outer_ix], dims[1 - outer_ix]
     m1 = t.op(f"arith.addi {m}, %c1 : index")
-    body = Body(node_dtypes, sparse_loop=False)
+    body = _RowBody(node_dtypes, sparse_loop=False)
     body.prefix = "e"
     scalars = {}
     for a in accesses(plan.body):
@@ -193,10 +231,28 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
     def value(vals: dict) -> str:
         """The body's value (in the result dtype) with ``vals`` for the sparse operands."""
         body.lines = []
-        body.args = {a: (vals[a.tensor] if a.indices else scalars[a.tensor]) for a in accesses(plan.body)}
+        body.args = {a: (vals[a.tensor] if a.tensor in vals else scalars[a.tensor]) for a in accesses(plan.body)
+                     if a.tensor in vals or not a.indices}
         v = body.value(plan.body, orow)
         t.lines.extend(body.lines)
         return v
+
+    def row_prelude() -> None:
+        """At the top of a row loop: the once-a-row values (dense vectors read at ``%i``)."""
+        body.pre = {}
+        if not plan.rows:
+            return
+        body.lines = []
+        body.args = {}
+        for a in accesses(plan.body):
+            if a.indices and a.tensor not in plan.sparse:
+                body.args[a] = t.op(f"memref.load %s{slot[a.tensor]}[%i] : "
+                                    f"memref<?x{dt.TABLE[opdt[a.tensor]].storage}>")
+            elif not a.indices:
+                body.args[a] = scalars[a.tensor]
+        pre = {r: body.value(r) for r in plan.rows}
+        t.lines.extend(body.lines)
+        body.pre = pre
 
     fa = formats[A]
     fb = formats[B] if B else None
@@ -214,33 +270,37 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         lo, _, hi = row_bounds(t, f"%{r}_pos", "%i", f.pos_width)
         return lo, hi
 
-    if not plan.reduce:
+    if not plan.reduce and not values:
         t(f"%C_pos = memref.alloc({m1}) : memref<?x{ity(out.pos_width)}>")
     if driver is not None:
         D, fd = driver, (fa if driver == "A" else fb)
         if not plan.reduce:
             base = t.load_index(f"%{D}_pos", "%c0", fd.pos_width)
             nnz = t.op(f"arith.subi {t.load_index(f'%{D}_pos', m, fd.pos_width)}, {base} : index")
+            if values:
+                end = t.op(f"arith.addi {base}, {nnz} : index")
+        if not plan.reduce and not values:
             cap = t.op(f"arith.maxui {nnz}, %c1 : index")
             alloc_entries(t, cap, out, orow, facts)
             t(f"scf.for %q = %c0 to {m1} step %c1 {{")
             t.store_index(t.op(f"arith.subi {t.load_index(f'%{D}_pos', '%q', fd.pos_width)}, {base} : index"),
                           "%C_pos", "%q", out.pos_width)
             t("}")
-        if not plan.reduce:        # the coordinates: one flat copy (vectorised)
+            # the coordinates: one flat copy (vectorised)
             end = t.op(f"arith.addi {base}, {nnz} : index")
             t(f"scf.for %p = {base} to {end} step %c1 {{")
             w = t.op(f"arith.subi %p, {base} : index")
             t.store_index(t.load_index(f"%{D}_crd", "%p", fd.crd_width), "%C_crd", w, out.crd_width)
             t("}")
-        if B is None and not plan.reduce:      # a map: the values in one flat loop too
+        if B is None and not plan.reduce and not plan.rows:     # a map: the values in one flat loop too
             _loop_values(t, plan, base, end, lambda p: value({A: t.op(f"memref.load %A_val[{p}] : "
                                                                        f"memref<?x{T_A}>")}),
                          OT, orow, acc_zero, base)
-            return_csr(t, m, n, m1, nnz, out, OT)
+            _finish(t, values, m, n, m1, nnz, out, OT)
             t.lines[const_at:const_at] = body.hoisted
             return module(huge_page_decls(facts), head, t.lines)
         t(opening)
+        row_prelude()
         dlo, dhi = bounds(D, fd)
         if B is None:
             acc = _loop_values(t, plan, dlo, dhi, lambda p: value({A: t.op(f"memref.load %A_val[{p}] : "
@@ -258,17 +318,31 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         if plan.reduce:
             t("return")
         else:
-            return_csr(t, m, n, m1, nnz, out, OT)
+            _finish(t, values, m, n, m1, nnz, out, OT)
     else:
         _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, opening, closing, bounds, m, n, m1,
-                      out, facts, acc_zero)
+                      out, facts, acc_zero, row_prelude, values)
     t.lines[const_at:const_at] = body.hoisted
     decls = huge_page_decls(facts) if not plan.reduce else []
     return module(decls, head, t.lines)
 
 
+class _RowBody(Body):
+    """A body whose once-a-row subexpressions (``pre``: node -> SSA value) are read, not
+    recomputed."""
+
+    pre: dict = {}
+
+    def value(self, e, want=None):
+        v = self.pre.get(e)
+        if v is None:
+            return super().value(e, want)
+        row = row_of(self.node_dtypes[e])
+        return v if want is None or want.name == row.name else self.cast(v, row, want)
+
+
 def _outer(plan: EwisePlan, stmt: Statement) -> str:
-    idx = next(a.indices for a in accesses(plan.body) if a.indices)
+    idx = next(a.indices for a in accesses(plan.body) if len(a.indices) == 2)
     return idx[plan.order[0]]
 
 
@@ -344,11 +418,13 @@ def _driven(t, plan, D, O, fd, fo, T_D, T_O, dlo, dhi, olo, ohi, names, zeros, v
 
 
 def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, opening, closing, bounds, m, n, m1, out,
-                  facts, acc_zero):
-    """A union (both ``keep``) or an intersection (neither): count, prefix sum, write; or sum."""
+                  facts, acc_zero, row_prelude, values):
+    """A union (both ``keep``) or an intersection (neither): count, prefix sum, write; or sum
+    (``values``: the values alone, at the known pattern's positions)."""
     union = plan.keep == (True, True)
     sparse_out = not plan.reduce
-    if sparse_out:
+    nnz = None
+    if sparse_out and not values:
         pw = out.pos_width
         t.store_index("%c0", "%C_pos", "%c0", pw)
         t(opening)                                 # phase 1: each row's size
@@ -368,6 +444,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
         cap = t.op(f"arith.maxui {nnz}, %c1 : index")
         alloc_entries(t, cap, out, orow, facts)
     t(opening)
+    row_prelude()
     alo, ahi = bounds("A", fa)
     blo, bhi = bounds("B", fb)
     start = row_bounds(t, "%C_pos", "%i", out.pos_width)[0] if sparse_out else acc_zero
@@ -398,7 +475,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
                          lambda: if_yield(t, le, OT, lambda: val_a(qa), lambda: val_b(qb)))
         if union:
             if sparse_out:
-                t.store_index(j, "%C_crd", acc, out.crd_width)
+                _crd(t, values, j, acc, out)
                 t(f"memref.store {v}, %C_val[{acc}] : memref<?x{OT}>")
                 return t.op(f"arith.addi {acc}, %c1 : index")
             return t.op(_add(orow, acc, v))
@@ -407,7 +484,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
             v = value({A: t.op(f"memref.load %A_val[{qa}] : memref<?x{T_A}>"),
                        B: t.op(f"memref.load %B_val[{qb}] : memref<?x{T_B}>")})
             if sparse_out:
-                t.store_index(j, "%C_crd", acc, out.crd_width)
+                _crd(t, values, j, acc, out)
                 t(f"memref.store {v}, %C_val[{acc}] : memref<?x{OT}>")
                 return t.op(f"arith.addi {acc}, %c1 : index")
             return t.op(_add(orow, acc, v))
@@ -422,7 +499,7 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
             t(f"{nxt} = scf.for %p = {q} to {hi} step %c1 iter_args(%w = {acc}) -> ({acc_ty}) {{")
             v = val("%p")
             if sparse_out:
-                t.store_index(t.load_index(f"%{r}_crd", "%p", f.crd_width), "%C_crd", "%w", out.crd_width)
+                _crd(t, values, t.load_index(f"%{r}_crd", "%p", f.crd_width), "%w", out)
                 t(f"memref.store {v}, %C_val[%w] : memref<?x{OT}>")
                 t(f"scf.yield {t.op('arith.addi %w, %c1 : index')} : index")
             else:
@@ -433,9 +510,22 @@ def _merge_kernel(t, plan, fa, fb, T_A, T_B, A, B, zeros, value, OT, orow, openi
         t(f"memref.store {acc}, %out_m[%i] : memref<?x{OT}>")
     t(closing)
     if sparse_out:
-        return_csr(t, m, n, m1, nnz, out, OT)
+        _finish(t, values, m, n, m1, nnz, out, OT)
     else:
         t("return")
+
+
+def _crd(t: Text, values: bool, j: str, at: str, out: Format) -> None:
+    """Store coordinate ``j`` of the result at ``at`` (none in a values-only kernel)."""
+    if not values:
+        t.store_index(j, "%C_crd", at, out.crd_width)
+
+
+def _finish(t: Text, values: bool, m, n, m1, nnz, out: Format, OT: str) -> None:
+    if values:
+        t("return")
+    else:
+        return_csr(t, m, n, m1, nnz, out, OT)
 
 
 def _as_index(t: Text, b: str) -> str:
