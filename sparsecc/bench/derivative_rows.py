@@ -14,7 +14,9 @@ Rows:
   same residual as an SX expression, ``jacobian`` wrapped in a ``Function`` evaluated through
   its virtual machine (values), and ``jacobian_sparsity`` (the pattern alone). Targets:
   values <= 1.0x the fastest peer, pattern <= 0.1x CasADi's. SciPy's ``L + diags(lam *
-  exp(u))`` written by hand is shown beside them (a reference, not an AD peer).
+  exp(u))`` written by hand is shown beside them (a reference, not an AD peer), and
+  sparsejac on JAX (``sparsejac.jacrev`` jitted, one thread, the pattern given to it: it
+  colours a pattern, it does not find one) where both install (the ``bench`` extra).
 - **Least-squares Hessian**: ``f[] = sum[i]((sum[j](A[i,j] * x[j]) - b[i]) ** 2)``, A 100k x 20k
   with 8 entries a row: ``H(...)`` against SciPy's ``2 * (A.T @ A)`` (<= 1.0x).
 - **Hessian-vector product** of the same objective: ``sc.hvp`` against ``A.T @ (A @ v)`` (<= 1.2x).
@@ -64,6 +66,41 @@ def _casadi():
     return casadi
 
 
+def _sparsejac(L, u: np.ndarray, lam: float, f: np.ndarray):
+    """The Bratu residual's Jacobian through sparsejac on JAX (when both install: the
+    ``bench`` extra), its pattern given (L's plus the diagonal: sparsejac colours it, it does
+    not detect it), jitted, one CPU thread; (values callable, (indptr, indices, data) of its
+    result), or None."""
+    import os
+    if "jax" not in __import__("sys").modules:
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    try:
+        import jax
+        import jax.numpy as jnp
+        import sparsejac
+        from jax.experimental import sparse as jsparse
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    n = L.shape[0]
+    Lj = jsparse.BCOO.from_scipy_sparse(L)
+    fj = jnp.asarray(f)
+    pat = sp.coo_array(L + sp.eye_array(n))
+    pat.sum_duplicates()
+    sparsity = jsparse.BCOO((jnp.ones(pat.nnz, bool), jnp.stack([jnp.asarray(pat.row), jnp.asarray(pat.col)], 1)),
+                            shape=(n, n))
+    jac = jax.jit(sparsejac.jacrev(lambda x: Lj @ x + lam * jnp.exp(x) - fj, sparsity=sparsity))
+    uj = jnp.asarray(u)
+
+    def values():
+        return jac(uj).data.block_until_ready()
+    got = jac(uj)
+    ij = np.asarray(got.indices)
+    csr = sp.csr_array((np.asarray(got.data), (ij[:, 0], ij[:, 1])), shape=(n, n))
+    csr.sort_indices()
+    return values, csr
+
+
 def bratu_row(N: int, rounds: int, budget: float, seed: int) -> dict:
     import sparsecc as sc
     L = laplacian(N)
@@ -106,8 +143,13 @@ def bratu_row(N: int, rounds: int, budget: float, seed: int) -> dict:
         row["ok"] = bool(row["ok"] and pat.nnz() == len(indices) and np.array_equal(got.indptr, indptr)
                          and np.array_equal(got.indices, indices) and np.allclose(got.data, vals, rtol=1e-12))
         sides["casadi values"] = lambda: F(ud)
+    sj = _sparsejac(L, u, lam, f)
+    if sj is not None:
+        sides["sparsejac values"], got = sj
+        row["ok"] = bool(row["ok"] and np.array_equal(got.indptr, indptr) and np.array_equal(got.indices, indices)
+                         and np.allclose(got.data, vals, rtol=1e-12))
     row.update(_best(sides, rounds, budget))
-    peers = [row[k] for k in ("casadi values",) if k in row]
+    peers = [row[k] for k in ("casadi values", "sparsejac values") if k in row]
     if peers:
         row["values_ratio"] = row["sparsecc values"] / min(peers)
         row["values_target"] = 1.0
@@ -184,6 +226,10 @@ def table(rs: list[dict]) -> str:
                 lines.append(f"| {r['id']} ({size}) | {what} | {_ms(r[mine])} | {_ms(r.get(peer))} {name} | "
                              f"{'-' if ratio is None else f'{ratio:.3g}'} | <= {r.get(f'{what}_target', '-')} | "
                              f"{'-' if ratio is None else 'yes' if r[f'{what}_met'] else 'no'} | {chk} |")
+            if "sparsejac values" in r:
+                lines.append(f"| {r['id']} | values vs sparsejac (JAX, pattern given) | {_ms(r['sparsecc values'])} | "
+                             f"{_ms(r['sparsejac values'])} sparsejac | "
+                             f"{r['sparsecc values'] / r['sparsejac values']:.3g} | (peer) | | |")
             lines.append(f"| {r['id']} | values vs SciPy by hand | {_ms(r['sparsecc values'])} | "
                          f"{_ms(r['scipy by hand'])} L + diags | {r['vs_scipy_by_hand']:.3g} | (reference) | | |")
         else:
