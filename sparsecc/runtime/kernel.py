@@ -92,10 +92,10 @@ def bound_rule(stmt: Statement) -> tuple | None:
         return []
 
     e = stmt.expr
+    if len(out) >= 1 and masks(e):      # the tighter where both apply (X[j] * (A * B): the fewer)
+        return ("mask", tuple(masks(e)))
     if len(out) >= 1 and elementwise(e):
         return ("union", tuple(names[a.tensor] for a in accesses(e) if len(a.indices) == len(out)))
-    if len(out) >= 1 and masks(e):
-        return ("mask", tuple(masks(e)))
     if (len(out) == 2 and isinstance(e, Reduce) and e.op == "sum" and len(e.indices) == 1
             and isinstance(e.body, Binary) and e.body.op == "*"
             and isinstance(e.body.left, Access) and isinstance(e.body.right, Access)):
