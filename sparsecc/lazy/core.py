@@ -32,7 +32,44 @@ def _where_called(depth: int = 2) -> str:
     return f"{f.f_code.co_filename}:{f.f_lineno}" + (f": {code}" if code else "")
 
 
-class LazyArray:
+class Operators:
+    """NumPy's operators for lazy arrays and indexed expressions (``sc.indices``) alike:
+    ``_binary``/``_unary`` dispatch on an indexed side."""
+
+    __slots__ = ()
+
+    def __add__(self, o): return _binary("+", self, o)
+    def __radd__(self, o): return _binary("+", o, self)
+    def __sub__(self, o): return _binary("-", self, o)
+    def __rsub__(self, o): return _binary("-", o, self)
+    def __mul__(self, o): return _binary("*", self, o)
+    def __rmul__(self, o): return _binary("*", o, self)
+    def __truediv__(self, o): return _binary("/", self, o)
+    def __rtruediv__(self, o): return _binary("/", o, self)
+    def __pow__(self, o): return _binary("pow", self, o)
+    def __rpow__(self, o): return _binary("pow", o, self)
+    def __floordiv__(self, o): return _binary("//", self, o)
+    def __rfloordiv__(self, o): return _binary("//", o, self)
+    def __mod__(self, o): return _binary("%", self, o)
+    def __rmod__(self, o): return _binary("%", o, self)
+    def __and__(self, o): return logical_and(self, o, "&")
+    def __rand__(self, o): return logical_and(o, self, "&")
+    def __or__(self, o): return logical_or(self, o, "|")
+    def __ror__(self, o): return logical_or(o, self, "|")
+    def __xor__(self, o): return logical_xor(self, o, "^")
+    def __rxor__(self, o): return logical_xor(o, self, "^")
+    def __invert__(self): return logical_not(self, "~")
+    def __lt__(self, o): return _binary("<", self, o)
+    def __le__(self, o): return _binary("<=", self, o)
+    def __gt__(self, o): return _binary(">", self, o)
+    def __ge__(self, o): return _binary(">=", self, o)
+    def __eq__(self, o): return _binary("==", self, o)      # noqa: D105
+    def __ne__(self, o): return _binary("!=", self, o)
+    def __neg__(self): return _unary("neg", self)
+    def __abs__(self): return _unary("abs", self)
+
+
+class LazyArray(Operators):
     """A value not computed yet: a node of the traced DAG, with NumPy's ``shape`` and
     ``dtype``.  Build it with ``sc.lazy(x)`` and the operators / ``sc.lazy`` functions;
     ``sc.compute`` computes it."""
@@ -83,36 +120,7 @@ class LazyArray:
         raise SparseccError(f"{_where_called()}: a lazy array has no values yet; sc.compute(x) gives them")
 
     # ----------------------------------------------------------------- operators
-    def __add__(self, o): return _binary("+", self, o)
-    def __radd__(self, o): return _binary("+", o, self)
-    def __sub__(self, o): return _binary("-", self, o)
-    def __rsub__(self, o): return _binary("-", o, self)
-    def __mul__(self, o): return _binary("*", self, o)
-    def __rmul__(self, o): return _binary("*", o, self)
-    def __truediv__(self, o): return _binary("/", self, o)
-    def __rtruediv__(self, o): return _binary("/", o, self)
-    def __pow__(self, o): return _binary("pow", self, o)
-    def __rpow__(self, o): return _binary("pow", o, self)
-    def __floordiv__(self, o): return _binary("//", self, o)
-    def __rfloordiv__(self, o): return _binary("//", o, self)
-    def __mod__(self, o): return _binary("%", self, o)
-    def __rmod__(self, o): return _binary("%", o, self)
-    def __and__(self, o): return logical_and(self, o, "&")
-    def __rand__(self, o): return logical_and(o, self, "&")
-    def __or__(self, o): return logical_or(self, o, "|")
-    def __ror__(self, o): return logical_or(o, self, "|")
-    def __xor__(self, o): return logical_xor(self, o, "^")
-    def __rxor__(self, o): return logical_xor(o, self, "^")
-    def __invert__(self): return logical_not(self, "~")
-    def __lt__(self, o): return _binary("<", self, o)
-    def __le__(self, o): return _binary("<=", self, o)
-    def __gt__(self, o): return _binary(">", self, o)
-    def __ge__(self, o): return _binary(">=", self, o)
-    def __eq__(self, o): return _binary("==", self, o)      # noqa: D105
-    def __ne__(self, o): return _binary("!=", self, o)
-    def __neg__(self): return _unary("neg", self)
     def __pos__(self): return self
-    def __abs__(self): return _unary("abs", self)
     def __matmul__(self, o): return matmul(self, o)
     def __rmatmul__(self, o): return matmul(o, self)
 

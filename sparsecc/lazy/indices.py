@@ -15,8 +15,7 @@ import builtins
 from dataclasses import dataclass
 
 from ..errors import ShapeError, SparseccError
-from .core import (_SCALARS, LazyArray, _binary, _contract, _unary, expand_dims, lazy, logical_and, logical_not,
-                   logical_or, logical_xor, permute_dims, where)
+from .core import _SCALARS, LazyArray, Operators, _binary, _contract, _unary, expand_dims, lazy, permute_dims, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +44,7 @@ def is_index_key(key) -> bool:
     return builtins.any(isinstance(k, IndexVar) for k in key)
 
 
-class Indexed:
+class Indexed(Operators):
     """An expression over named indices: a product of ``factors`` (each a lazy node or a
     Python scalar with its index labels), or one lazy ``node`` whose axes are ``labels``."""
 
@@ -90,35 +89,6 @@ class Indexed:
         return permute_dims(node, tuple(mine.index(n) for n in labels))
 
     # ----------------------------------------------------------- operations
-    def __mul__(self, o): return _product(self, o)
-    def __rmul__(self, o): return _product(o, self)
-    def __add__(self, o): return apply_binary("+", self, o)
-    def __radd__(self, o): return apply_binary("+", o, self)
-    def __sub__(self, o): return apply_binary("-", self, o)
-    def __rsub__(self, o): return apply_binary("-", o, self)
-    def __truediv__(self, o): return apply_binary("/", self, o)
-    def __rtruediv__(self, o): return apply_binary("/", o, self)
-    def __pow__(self, o): return apply_binary("pow", self, o)
-    def __rpow__(self, o): return apply_binary("pow", o, self)
-    def __floordiv__(self, o): return apply_binary("//", self, o)
-    def __rfloordiv__(self, o): return apply_binary("//", o, self)
-    def __mod__(self, o): return apply_binary("%", self, o)
-    def __rmod__(self, o): return apply_binary("%", o, self)
-    def __and__(self, o): return logical_and(self, o, "&")
-    def __rand__(self, o): return logical_and(o, self, "&")
-    def __or__(self, o): return logical_or(self, o, "|")
-    def __ror__(self, o): return logical_or(o, self, "|")
-    def __xor__(self, o): return logical_xor(self, o, "^")
-    def __rxor__(self, o): return logical_xor(o, self, "^")
-    def __invert__(self): return logical_not(self, "~")
-    def __lt__(self, o): return apply_binary("<", self, o)
-    def __le__(self, o): return apply_binary("<=", self, o)
-    def __gt__(self, o): return apply_binary(">", self, o)
-    def __ge__(self, o): return apply_binary(">=", self, o)
-    def __eq__(self, o): return apply_binary("==", self, o)      # noqa: D105
-    def __ne__(self, o): return apply_binary("!=", self, o)
-    def __neg__(self): return apply_unary("neg", self)
-    def __abs__(self): return apply_unary("abs", self)
     __hash__ = object.__hash__
 
     def __bool__(self):

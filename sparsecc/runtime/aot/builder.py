@@ -149,13 +149,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             decls.append(decl)
             defs.append(definition)
             if kname in derivatives:
-                decl, definition = derivative_c(name, kname, spec, derivatives[kname])
-                decls.append(decl)
-                defs.append(definition)
-                for sym, data in tables(name, kname, spec, derivatives[kname]).items():
-                    table_files[sym] = os.path.join(tmp, f"{sym}.bin")
-                    with open(table_files[sym], "wb") as f:
-                        f.write(data)
+                _derivative_parts(name, kname, spec, derivatives[kname], decls, defs, table_files, tmp)
         for kname, k, kdev, stmt, dts, fmts, out_fmt, options in planned_builds:
             spec = _record(name, kname, k, stmt, fmts, dts, out_fmt, planned[kname])
             if kname in derivatives:
@@ -166,13 +160,7 @@ def build(name: str, kernels: dict, outdir: str, *, dtype="float64", index_width
             decls.append(decl)
             defs.append(definition)
             if kname in derivatives:        # its _values/_pattern call the planned function
-                decl, definition = derivative_c(name, kname, spec, derivatives[kname])
-                decls.append(decl)
-                defs.append(definition)
-                for sym, data in tables(name, kname, spec, derivatives[kname]).items():
-                    table_files[sym] = os.path.join(tmp, f"{sym}.bin")
-                    with open(table_files[sym], "wb") as f:
-                        f.write(data)
+                _derivative_parts(name, kname, spec, derivatives[kname], decls, defs, table_files, tmp)
             ir[kname] = {"stages": {}}
         for kname, p in planned.items():
             for s in p["steps"]:
@@ -269,6 +257,19 @@ def _record(lib: str, kname: str, k, stmt, fmts, dts, out_fmt, plan: dict) -> di
             "out_dtype": _result_dtype(stmt, tuple(dts)).name,
             "out_format": out_fmt.encoding() if out_fmt else None, "prune": k.prune, "entry": f"{lib}_{kname}",
             "plan": {key: plan[key] for key in ("steps", "reason", "from")}}
+
+
+def _derivative_parts(name: str, kname: str, spec: dict, info: dict, decls: list, defs: list, table_files: dict,
+                      tmp: str) -> None:
+    """A derivative kernel's C entries (``derivative_c``) and its pattern tables, written to
+    files in ``tmp`` for the assembler (``table_files``: symbol -> path)."""
+    decl, definition = derivative_c(name, kname, spec, info)
+    decls.append(decl)
+    defs.append(definition)
+    for sym, data in tables(name, kname, spec, info).items():
+        table_files[sym] = os.path.join(tmp, f"{sym}.bin")
+        with open(table_files[sym], "wb") as f:
+            f.write(data)
 
 
 def derivative_record(info: dict) -> dict:

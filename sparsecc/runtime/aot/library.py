@@ -16,7 +16,7 @@ from ... import dtypes as dt
 from ...errors import LibraryError, SparseccError
 from ...formats import Format
 from .. import files
-from .manifest import MANIFEST_VERSION, shape_problem, spec_digest, statement_from_json
+from .manifest import MANIFEST_VERSION, checked_digest, shape_problem, statement_from_json
 from .planned_lib import load_planned
 
 
@@ -192,15 +192,7 @@ def _load_kernel(name: str, kname: str, spec: dict, lib, path: str, manifest_of:
     from ..kernel import Kernel, _result_dtype, loaded_specialization
     from ...expr import accesses
 
-    def bad(why):
-        return LibraryError(f"library {name!r}: kernel {kname!r} does not match {manifest_of}: {why}; "
-                            f"rebuild the library with sc.aot.build", manifest_of)
-    try:
-        embedded = (ctypes.c_char * 65).in_dll(lib, f"{name}_{kname}_spec_sha256").value.decode("ascii", "replace")
-    except (ValueError, AttributeError):
-        raise bad("the library holds no such kernel") from None
-    if embedded != spec_digest(spec):
-        raise bad("the manifest entry was changed after the library was built")
+    bad = checked_digest(name, kname, spec, lib, manifest_of)
     try:
         stmt = statement_from_json(spec["stmt"])
         dtypes = tuple(dt.lookup(np.dtype(o["dtype"]), f"operand {o['name']}").name for o in spec["operands"])

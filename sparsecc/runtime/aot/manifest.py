@@ -4,10 +4,11 @@ embeds."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 
-from ...errors import SparseccError
+from ...errors import LibraryError, SparseccError
 
 MANIFEST_VERSION = 2       # 2: the statement as data, digests in the library
 
@@ -187,3 +188,19 @@ def shape_problem(manifest, name: str, c_name) -> str | None:
         if got:
             return got
     return None
+
+
+def checked_digest(name: str, kname: str, spec: dict, lib, manifest_of: str):
+    """Check kernel ``kname``'s manifest record against the digest library ``lib`` embeds for
+    it (a LibraryError where it holds none or another); returns ``bad(why)``, the error for
+    the record's other faults."""
+    def bad(why):
+        return LibraryError(f"library {name!r}: kernel {kname!r} does not match {manifest_of}: {why}; "
+                            f"rebuild the library with sc.aot.build", manifest_of)
+    try:
+        embedded = (ctypes.c_char * 65).in_dll(lib, f"{name}_{kname}_spec_sha256").value.decode("ascii", "replace")
+    except (ValueError, AttributeError):
+        raise bad("the library holds no such kernel") from None
+    if embedded != spec_digest(spec):
+        raise bad("the manifest entry was changed after the library was built")
+    return bad

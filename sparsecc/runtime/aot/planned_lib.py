@@ -4,11 +4,9 @@ step kernels, each validating its operands as any loaded kernel does."""
 
 from __future__ import annotations
 
-import ctypes
-
-from ...errors import LibraryError, SparseccError
+from ...errors import SparseccError
 from ...formats import Format
-from .manifest import spec_digest, statement_from_json
+from .manifest import checked_digest, statement_from_json
 
 
 class LibraryPlanned:
@@ -44,15 +42,7 @@ def load_planned(name: str, kname: str, spec: dict, kernels: dict, lib, manifest
     library embeds and its steps against the library's kernels, before anything is called."""
     from ..kernel import Kernel
 
-    def bad(why):
-        return LibraryError(f"library {name!r}: kernel {kname!r} does not match {manifest_of}: {why}; "
-                            f"rebuild the library with sc.aot.build", manifest_of)
-    try:
-        embedded = (ctypes.c_char * 65).in_dll(lib, f"{name}_{kname}_spec_sha256").value.decode("ascii", "replace")
-    except (ValueError, AttributeError):
-        raise bad("the library holds no such kernel") from None
-    if embedded != spec_digest(spec):
-        raise bad("the manifest entry was changed after the library was built")
+    bad = checked_digest(name, kname, spec, lib, manifest_of)
     try:
         stmt = statement_from_json(spec["stmt"])
         fmts = {o["key"]: Format.dense(len(o["indices"])) if o["format"] == "dense" else Format.parse(o["format"])
