@@ -52,12 +52,16 @@ def _operands(names, dtype, rng):
     return out
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "complex128"])
-@pytest.mark.parametrize("name", list(CASES))
+# exp/sqrt: float64 only (float32's rounding through exp of a sum is not what the row tests);
+# max over complex: NumPy's lexicographic maximum, tested with the comparisons elsewhere
+PARAMS = [(name, dtype) for name, case in CASES.items()
+          for dtype in ("float64", "float32", "int64", "complex128")
+          if not (case[3] and dtype != "float64") and not (name == "max" and dtype == "complex128")]
+
+
+@pytest.mark.parametrize("name,dtype", PARAMS)
 def test_fused_scatter(name, dtype):
     text, numpy, names, float_only = CASES[name]
-    if (float_only and dtype != "float64") or (name == "max" and dtype == "complex128"):
-        pytest.skip("not defined for this dtype")
     rng = np.random.default_rng(_seed(f"fused{name}{dtype}"))
     a = _matrix(dtype, rng)
     ops = _operands(names, dtype, rng)

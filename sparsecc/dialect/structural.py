@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from .. import dtypes as dt
 from ..errors import InternalError
 from ..formats import Format
+from .constants import const_text
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,6 @@ def _ttype(rank: int, dtype: str, enc: str | None) -> str:
     shape = "x".join(["?"] * rank)
     t = f"{shape}x{row.storage}" if rank else row.storage
     return f"tensor<{t}, {enc}>" if enc else f"tensor<{t}>"
-
-
-def _zero(row: dt.DType) -> str:
-    if row.kind == "complex":
-        part = row.storage[8:-1]
-        return f"complex.constant [0.0 : {part}, 0.0 : {part}] : {row.storage}"
-    if row.kind == "float":
-        return f"arith.constant 0.0 : {row.storage}"
-    return f"arith.constant 0 : {row.storage}"
 
 
 def _not_equal(row: dt.DType, a: str, b: str) -> str:
@@ -197,7 +189,7 @@ def gather_kernel(sources: tuple[Source, ...], out: Format, dtype: str, ordered:
         insert = f"{ins} = tensor.insert %val{s} into %acc{s}[{', '.join(outc)}] : {build_t}"
         if src.nonzero:
             z, cond = fresh("zero"), fresh("nz")
-            body.append(f"  {z} = {_zero(row)}")
+            body.append(f"  {z} = {const_text(0, row)[0]}")
             body.append(f"  {cond} = {_not_equal(row, f'%val{s}', z)}")
             conds.append(cond)
         if conds:

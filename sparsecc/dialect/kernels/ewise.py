@@ -33,7 +33,7 @@ from ...expr import BINARY, Access, Binary, Const, Reduce, Statement, Unary, acc
 from ...formats import Format
 from ...kernel_abi import TargetFacts
 from ...patterns import keeps_zero, zero_behaviour
-from ..constants import body_type, row_of
+from ..constants import body_type, const_text, row_of
 from ..regions import Body
 from .emit import (Text, alloc_entries, csr_params, csr_results, huge_page_decls, if_yield, ity, kernel_head, loop,
                    module, prefix_sum, return_csr, row_bounds)
@@ -225,7 +225,7 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
     for a in accesses(plan.body):
         if not a.indices and a.tensor not in scalars:
             scalars[a.tensor] = t.op(f"memref.load %s{slot[a.tensor]}[] : memref<{dt.TABLE[opdt[a.tensor]].storage}>")
-    zeros = {op: t.op(_zero_text(dt.TABLE[opdt[op]])) for op in plan.sparse}
+    zeros = {op: t.op(const_text(0, dt.TABLE[opdt[op]])[0]) for op in plan.sparse}
     const_at = len(t.lines)
 
     def value(vals: dict) -> str:
@@ -264,7 +264,7 @@ def emit(plan: EwisePlan, formats: dict, out: Format | None, dtype: str, paralle
         driver = "A"
     elif plan.keep == (False, True):
         driver = "B"
-    acc_zero = t.op(_zero_text(orow)) if plan.reduce else None
+    acc_zero = t.op(const_text(0, orow)[0]) if plan.reduce else None
 
     def bounds(r: str, f: Format):
         lo, _, hi = row_bounds(t, f"%{r}_pos", "%i", f.pos_width)
@@ -344,15 +344,6 @@ class _RowBody(Body):
 def _outer(plan: EwisePlan, stmt: Statement) -> str:
     idx = next(a.indices for a in accesses(plan.body) if len(a.indices) == 2)
     return idx[plan.order[0]]
-
-
-def _zero_text(row: dt.DType) -> str:
-    if row.kind == "complex":
-        part = row.storage[8:-1]
-        return f"complex.constant [0.0 : {part}, 0.0 : {part}] : {row.storage}"
-    if row.kind == "float":
-        return f"arith.constant 0.0 : {row.storage}"
-    return f"arith.constant 0 : {body_type(row)}"
 
 
 def _add(row: dt.DType, a: str, b: str) -> str:
