@@ -172,3 +172,24 @@ def test_repeated_call_returns_a_matrix_on_a_copy_of_the_pattern(bratu):
         got.indptr[:] = 0
         first.indices[:] = 0
     assert _fixed_calls(J) == calls + 2
+
+
+@pytest.mark.parametrize("damage", ["short", "strided"])
+def test_recorded_pattern_with_damaged_values_goes_the_validated_way(bratu, damage):
+    """The recorded index arrays, but a values array shorter than them (or a strided view):
+    the values-only kernel would have read past it (it ran before this test); the ordinary
+    path validates and refuses the short one, and copies the strided one."""
+    J, L0 = bratu
+    n = L0.shape[0]
+    u, f = np.full(n, 0.5), np.zeros(n)
+    J.values(L=L0, u=u, lam=1.0, f=f)
+    calls = _fixed_calls(J)
+    L = L0.copy()
+    if damage == "short":
+        L.data = L0.data[:-3].copy()
+        with pytest.raises(sc.OperandError, match="data"):
+            J.values(L=L, u=u, lam=1.0, f=f)
+    else:
+        L.data = np.repeat(L0.data, 2)[::2]
+        np.testing.assert_array_equal(J.values(L=L, u=u, lam=1.0, f=f), _ordinary(L=L0, u=u, lam=1.0, f=f).data)
+    assert _fixed_calls(J) == calls

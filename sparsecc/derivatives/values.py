@@ -95,6 +95,9 @@ class FixedPatternValues:
             x = args[n]
             if not (np.array_equal(x.indptr, indptr) and np.array_equal(x.indices, indices)):
                 return None
+            d = x.data
+            if not (isinstance(d, np.ndarray) and d.ndim == 1 and d.size == indices.size and d.flags.c_contiguous):
+                return None             # (the ordinary path validates, and refuses, such values)
         out = np.empty(rec.pattern[1].size, rec.dtype) if out is None else _checked(out, rec.pattern[1].size,
                                                                                      rec.dtype)
         keep = [ctypes.c_int64(s) for s in rec.sizes]
