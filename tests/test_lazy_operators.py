@@ -38,6 +38,8 @@ CASES = {
     "sum int32": (lambda: L.sum(L(I32), axis=0), lambda a, d: I32.toarray().sum(axis=0)),
     "prod int32": (lambda: L.prod(L(I32), axis=1), lambda a, d: I32.toarray().prod(axis=1)),
     "mean bool": (lambda: L.mean(L(M), axis=1), lambda a, d: M.toarray().mean(axis=1)),
+    "conj": (lambda: L.conj(L(AF.astype(np.complex128) * (1 + 2j))), lambda a, d: np.conj(AF.toarray().astype(np.complex128) * (1 + 2j))),
+    "np.conjugate": (lambda: np.conjugate(L(AF.astype(np.complex64) * 1j)), lambda a, d: np.conjugate(AF.toarray().astype(np.complex64) * 1j)),
     "max bool": (lambda: L.max(L(M), axis=1), lambda a, d: M.toarray().max(axis=1)),
 }
 

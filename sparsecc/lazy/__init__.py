@@ -25,13 +25,13 @@ from .core import (LazyArray, abs, ceil, clip, cos, einsum, exp,  # noqa: F401,A
                    expm1, floor, log, log1p, matmul, max, maximum, mean, min, minimum, permute_dims, pow,
                    sin, sinh, sqrt, sum, tan, tanh, tensordot, vecdot, where, asarray, lazy, negative, arcsin,
                    arctan, square, prod, expand_dims, squeeze, floor_divide, remainder, logical_and,
-                   logical_or, logical_xor, logical_not)
+                   logical_or, logical_xor, logical_not, conj, conjugate)
 
 __all__ = ["LazyArray", "asarray", "compute", "fused", "abs", "ceil", "clip", "cos", "einsum", "exp", "expm1",
            "floor", "log", "log1p", "matmul", "max", "maximum", "mean", "min", "minimum", "permute_dims", "pow",
            "sin", "sinh", "sqrt", "sum", "tan", "tanh", "tensordot", "vecdot", "where", "negative", "arcsin",
            "arctan", "square", "prod", "expand_dims", "squeeze", "argmax", "argmin", "astype", "reshape", "indices",
-           "floor_divide", "remainder", "logical_and", "logical_or", "logical_xor", "logical_not"]
+           "floor_divide", "remainder", "logical_and", "logical_or", "logical_xor", "logical_not", "conj", "conjugate"]
 
 
 class _Namespace(types.ModuleType):

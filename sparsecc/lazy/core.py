@@ -339,6 +339,7 @@ exp, log, sqrt, sin, cos, tan, tanh, sinh, expm1, log1p, ceil, floor = (
 abs = _make_unary("abs")          # noqa: A001
 negative = _make_unary("neg")
 arcsin, arctan = _make_unary("asin"), _make_unary("atan")
+conj = conjugate = _make_unary("conj")
 
 
 def square(x):
@@ -549,7 +550,7 @@ _UFUNCS = {"add": lambda a, b: _binary("+", a, b), "subtract": lambda a, b: _bin
            "equal": lambda a, b: _binary("==", a, b), "not_equal": lambda a, b: _binary("!=", a, b),
            "matmul": lambda a, b: matmul(a, b), "negative": negative, "absolute": abs, "exp": exp, "log": log,
            "sqrt": sqrt, "sin": sin, "cos": cos, "tan": tan, "tanh": tanh, "sinh": sinh, "expm1": expm1,
-           "log1p": log1p, "ceil": ceil, "floor": floor, "arcsin": arcsin, "arctan": arctan, "square": square,
+           "log1p": log1p, "ceil": ceil, "floor": floor, "arcsin": arcsin, "arctan": arctan, "square": square, "conjugate": conjugate,
            "floor_divide": floor_divide, "remainder": remainder, "logical_and": logical_and,
            "logical_or": logical_or, "logical_xor": logical_xor, "logical_not": logical_not}
 
