@@ -45,6 +45,15 @@ class LibraryError(SparseccError):
         self.path = path
 
 
+class InexactPatternError(FormatError):
+    """A loop nest whose sparse result MLIR 22's sparsifier would store with entries that have
+    no term: a reduction over several loops inside the result's last output loop
+    (``passes/rewrites.inexact_sparse_outputs``).  Raised when it compiles, before any native
+    code runs.  A planned call then runs the statement's reductions one index a step
+    (``plan/nested.py``); where nothing plans the call (an ahead-of-time one nest, a Dask
+    block) it reaches the user, who may ask for a dense result instead."""
+
+
 class CompileError(SparseccError, RuntimeError):
     """MLIR or LLVM failed (or crashed) while compiling a kernel.
 

@@ -32,8 +32,8 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import SparseccError
-from .expr import accesses, describe
+from .errors import InexactPatternError, SparseccError
+from .expr import Reduce, accesses, children, describe
 from .formats import resolve
 from .patterns import default_result_format
 from .plan import Plan, check_optimize, make_plan, of_operand, product_form
@@ -60,7 +60,9 @@ def attach(kernel: Kernel, optimize) -> None:
     path its statement cannot follow is a SparseccError here, before any call."""
     optimize = check_optimize(optimize)
     stmt = kernel.stmt
-    nested = nested_reduction(stmt.expr, True)    # its sums may be steps (plan/nested.py)
+    # its sums may be steps (plan/nested.py): nested ones, and one over several indices into
+    # a result that may be sparse
+    nested = nested_reduction(stmt.expr, True) or (_may_be_sparse(kernel) and _multi_reduction(stmt.expr))
     if optimize is False and not nested:
         return
     why: list[str] = []
@@ -83,6 +85,24 @@ def attach(kernel: Kernel, optimize) -> None:
     kernel._fast = None         # the repeated call of the class called last (planned_fast.py)
     kernel._fasts = {}          # by statistics class
     kernel.__class__ = PlannedKernel
+
+
+def _may_be_sparse(kernel) -> bool:
+    """Whether ``kernel``'s result may be stored sparse (``out_format``, else the default's
+    rule: rank 0 and 1 results are dense)."""
+    spec = kernel.out_format
+    if spec is None:
+        return len(kernel.stmt.indices) >= 2
+    if isinstance(spec, str):
+        return spec.strip().lower() != "dense"
+    return not getattr(spec, "is_dense", False)
+
+
+def _multi_reduction(e) -> bool:
+    """Whether ``e`` holds a reduction over two or more indices."""
+    if isinstance(e, Reduce) and len(e.indices) > 1:
+        return True
+    return any(_multi_reduction(c) for c in children(e))
 
 
 def _kind(x) -> bool:
@@ -151,10 +171,18 @@ class PlannedKernel(Kernel):
         if plan is None:
             plan = self._plans[key] = self._make_plan(ops)
         if plan.single:
-            out = _call.call(self, *ops)
-            self._last_plan, self._last_sizes = plan, [_stored(out)]
-            self._install(key, plan, ())
-            return out
+            try:
+                out = _call.call(self, *ops)
+            except InexactPatternError:
+                # its sparse result would store entries without a term (known once the one nest
+                # compiled, before it ran): the reductions one index a step (plan/nested.py)
+                plan = self._plans[key] = self._make_plan(ops, split_reductions=True)
+                if plan.single:
+                    raise
+            else:
+                self._last_plan, self._last_sizes = plan, [_stored(out)]
+                self._install(key, plan, ())
+                return out
         out = self._run(plan, ops)
         self._install(key, plan, self._runs[(id(plan), tuple(x.dtype for x in ops))])
         return out
@@ -217,7 +245,7 @@ class PlannedKernel(Kernel):
             plan = self._plans[key] = self._make_plan(values)
         return plan
 
-    def _make_plan(self, values) -> Plan:
+    def _make_plan(self, values, split_reductions: bool = False) -> Plan:
         stmt = self.stmt
         stats, dense = {}, {}
         for name, x in zip(stmt.operands, values):
@@ -243,7 +271,8 @@ class PlannedKernel(Kernel):
             rf = "dense" if getattr(self.out_format, "is_dense", False) else str(self.out_format)
         itemsize = self.result_dtype([x.dtype for x in values]).itemsize
         return make_plan(stmt, stats, dense, rf, itemsize, self._optimize,
-                         one_nest_handwritten=self._handwritten(values, rf), formats=self._storage(values))
+                         one_nest_handwritten=self._handwritten(values, rf), formats=self._storage(values),
+                         split_reductions=split_reductions)
 
     def _storage(self, values) -> dict[str, str]:
         """Each sparse operand's storage format by name, as its step reads it (``formats=``'s
@@ -349,6 +378,7 @@ def _step_kernel(step, fmts, out_format, options, prune, check) -> Kernel:
     if k is None:
         k = Kernel(step.statement, dict(zip(step.statement.operands, fmts)), options, source=step.text,
                    out_format=out_format, prune=prune, check=check)
+        attach(k, False)        # a step reducing over several indices into a sparse result: split
         if key is not None:
             _STEPS[key] = k
     return k

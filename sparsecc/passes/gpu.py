@@ -203,7 +203,8 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
         run_passes(module, passes)
 
     requested = STRATEGY if options.parallel == "auto" else options.parallel
-    strategy = sparsify_and_bufferize(module, options, requested)    # never a parallel reduction loop
+    sorted_facts: dict = {}
+    strategy = sparsify_and_bufferize(module, options, requested, sorted_facts)   # never a parallel reduction loop
     stages = {"sparsified": str(module)}
     codegen = gpu_codegen(arch)
     run(codegen[:1])                                    # sparse-gpu-codegen: the gpu.module appears
@@ -221,4 +222,4 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     stages["gpu"] = str(module)
     run(host_lowering())
     stages["ptx"] = ptx_of(module)
-    return module, stages, {"parallel": strategy, "openmp": False, "gpu_kernels": launches}
+    return module, stages, {"parallel": strategy, "openmp": False, "gpu_kernels": launches, **sorted_facts}

@@ -241,11 +241,13 @@ def run_passes(module, passes) -> None:
         passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
 
 
-def sparsify_and_bufferize(module, options: Options, requested: str) -> str:
+def sparsify_and_bufferize(module, options: Options, requested: str, facts: dict | None = None) -> str:
     """``SPARSIFY`` (with the parallelization strategy ``requested`` made safe for this
     kernel once its loops are sorted), the rewrites between, ``BUFFERIZE`` and the ``i1``
-    widening: every target's first half.  Returns the strategy chosen."""
-    from .rewrites import parallel_strategy, restrict_to_tensor, sort_algorithm
+    widening: every target's first half.  Returns the strategy chosen; ``facts`` gets
+    ``"inexact"``: whether a sparse output would store entries without a term
+    (``rewrites.inexact_sparse_outputs``, read from the sorted loops)."""
+    from .rewrites import inexact_sparse_outputs, parallel_strategy, restrict_to_tensor, sort_algorithm
     from .widen_i1 import widen_i1_memrefs
 
     index32 = _index32(module)
@@ -253,6 +255,8 @@ def sparsify_and_bufferize(module, options: Options, requested: str) -> str:
     split = names.index("sparsification{enable-runtime-library=false<parallel>}")
     run_passes(module, sparsify(options)[:split])       # up to the loop sorting
     strategy = parallel_strategy(module, requested)
+    if facts is not None:
+        facts["inexact"] = inexact_sparse_outputs(module)
     passes = sparsify(options, strategy, index32)
     cut = [p for p, _ in passes].index("sparse-buffer-rewrite")
     run_passes(module, passes[split:cut])
@@ -271,15 +275,17 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
     """Run every pipeline and rewrite on ``module`` down to the LLVM dialect (inside the
     compile worker), for a machine with ``facts``.  Returns ``(module, stages, info)``: the
     lowered module, the ``sparsified`` stage's text, and what was chosen
-    (``{"parallel": strategy, "openmp": bool, "guarded": [argument positions]}``: the
-    arguments whose coordinates ``guards.guard_coordinates`` range-checks in the kernel)."""
+    (``{"parallel": strategy, "openmp": bool, "guarded": [argument positions], "inexact":
+    bool}``: the arguments whose coordinates ``guards.guard_coordinates`` range-checks in the
+    kernel; whether a sparse output would store entries without a term)."""
     from .guards import guard_coordinates
     from .rewrites import count_parallel_loops, inline_alloca_scopes, thread_count
 
     requested = options.parallel
     if requested == "auto" and not facts.openmp:
         requested = "none"                      # no OpenMP runtime installed: serial code
-    strategy = sparsify_and_bufferize(module, options, requested)
+    sorted_facts: dict = {}
+    strategy = sparsify_and_bufferize(module, options, requested, sorted_facts)
     stages = {"sparsified": str(module)}
     openmp = count_parallel_loops(module) > 0
     if openmp:
@@ -288,4 +294,4 @@ def lower(module, options: Options = DEFAULT, facts: PipelineFacts = PipelineFac
         thread_count(module)
     guarded = guard_coordinates(module)     # range checks fused into the loops over coordinates
     run_passes(module, lower_to_llvm(openmp))
-    return module, stages, {"parallel": strategy, "openmp": openmp, "guarded": guarded}
+    return module, stages, {"parallel": strategy, "openmp": openmp, "guarded": guarded, **sorted_facts}

@@ -19,7 +19,8 @@ from ..errors import InternalError
 from ..kernel_abi import MIN_PARALLEL_WORK_GLOBAL, NUM_THREADS_GLOBAL, PARALLEL_CHUNK, ROW_WORK
 
 VERSION = ("restrict_to_tensor 1; sort_algorithm heap_sort 1; parallel_strategy 1; "
-           "inline_alloca_scopes 1; thread_count 4 (work threshold, chunk attribute)")
+           "inline_alloca_scopes 1; thread_count 4 (work threshold, chunk attribute); "
+           "inexact_sparse_outputs 1 (a fact in the cache entry)")
 
 
 def ops_named(root, name: str) -> list:
@@ -85,6 +86,27 @@ def _generics(module) -> list[tuple[list[str], bool]]:
             iters = ["reduction" if a == reduction else "parallel" for a in op.attributes["iterator_types"]]
             found.append((iters, not enc[-1]))
     return found
+
+
+def inexact_sparse_outputs(module) -> bool:
+    """Whether a generic of ``module`` (loops sorted) would store entries without a term in its
+    sparse output: MLIR 22's sparsifier inserts a sparse output's entry after the reduction
+    loops inside its last output loop once *a* body of the outermost of them ran (direct
+    insertion: its "valid" flag), and with access-pattern expansion (a reduction loop before
+    the last output loop) whether or not one ran.  So an inner reduction loop that finds
+    nothing under an outer one that found something (``y[i] = sum[j,k](A[i,j] * B[j,k])``
+    with row ``j`` of B empty), or a reduction inside an expanded level, stores the monoid's
+    identity at an entry the pattern rules leave unstored: true for two or more reduction
+    loops after the last output loop, or one after it and another before it.  The planner
+    splits such a statement's reductions into steps of one loop each (plan/nested.py)."""
+    for iters, dense in _generics(module):
+        if dense or "parallel" not in iters:
+            continue
+        last = len(iters) - 1 - iters[::-1].index("parallel")
+        trailing = len(iters) - 1 - last
+        if trailing >= 2 or (trailing and "reduction" in iters[:last]):
+            return True
+    return False
 
 
 def parallel_strategy(module, requested: str) -> str:

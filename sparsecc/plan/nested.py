@@ -16,27 +16,52 @@ entry of the temporary must not read as a stored zero; those keep the one nest),
 least one free index; only where the statement's result is sparse (a dense result stores
 every entry whatever its temporaries).  Innermost first: a reduction inside a split one is
 a step of its own before it.
+
+A reduction over two or more indices into a sparse result - the statement's root, or a
+step's - is split one index a step where the sparsifier inserts each result entry directly
+after its reduction loops (every output loop outside them: :func:`outer_reduction`).  MLIR
+22's sparsifier marks an entry for insertion once a body of its *outermost* reduction loop
+runs, so where an inner reduction loop finds nothing (``y[i] = sum[j,k](A[i,j] * B[j,k])``
+with row ``j`` of B empty) it stores the monoid's identity at an entry that has no term: a
+stored 0, or ``-inf`` for ``max_plus``, where the pattern rules store nothing.  Split as
+``T[i,j] = sum[k](A[i,j] * B[j,k])``, then ``y[i] = sum[j](T[i,j])``, each step has one
+reduction loop and stores exactly the entries with a term.  Any monoid may be split so: the
+outer reduction reads only the entries the inner one stored.  Where a reduction loop runs
+before the result's last output loop, the sparsifier expands that level instead (SpGEMM's
+row workspace), which stores only what a body wrote: nothing is split.
 """
 
 from __future__ import annotations
 
 from ..expr import Access, Binary, Dense, Expr, Reduce, Statement, Stored, Unary, Where, accesses, free_indices
+from .order import layout_of, schedule
 
 #: where nested reductions' steps store their results, by rank (rank 2: CSR; else COO)
 _FORMAT = {2: "csr"}
 
 
-def split_plan(stmt: Statement, dense: dict[str, bool], result_format: str, reason_of=None):
+def split_plan(stmt: Statement, dense: dict[str, bool], result_format: str, formats: dict[str, str] | None = None,
+               nested: bool = True, force: bool = False):
     """The steps of ``stmt`` with every splittable nested reduction (module docstring) its
-    own step, as ``(steps, reason)`` with steps ``(statement, inputs, output, indices,
-    format, text)``; None where nothing is split."""
+    own step, and a reduction over several indices into a sparse result split one index a
+    step, as ``(steps, reason)`` with steps ``(statement, inputs, output, indices, format,
+    text)``; None where nothing is split.  ``formats``: each sparse operand's storage format
+    by name (absent: CSR for a matrix, COO otherwise); ``nested=False`` splits only the
+    root's reduction (a product's flat one nest keeps its inner sums); ``force``: split the
+    root's reduction over several indices whatever the loop order says (the runtime found
+    its one nest inexact: ``runtime.specialization``)."""
     if result_format == "dense":
         return None
     steps: list[tuple] = []
+    formats = formats or {}
 
     def sparse_reads(e: Expr) -> bool:
         return any(a.indices and not dense.get(a.tensor, True) for a in accesses(e)) or \
             any(a.tensor.startswith("#n") for a in accesses(e))
+
+    def step(r: Reduce, free: tuple[str, ...]) -> Access:
+        # the step's own reduction, if over several indices, is split first
+        return _step(split_root(r, free, result_format, steps, sparse_reads, dense, formats), free, steps)
 
     def visit(e: Expr, root: bool, guarded: bool) -> Expr:
         if isinstance(e, Unary):
@@ -54,13 +79,15 @@ def split_plan(stmt: Statement, dense: dict[str, bool], result_format: str, reas
             new = Reduce(e.op, e.indices, body, e.identity)
             free = free_indices(new)
             if not root and not guarded and free and sparse_reads(new):
-                return _step(new, free, steps)
+                return step(new, free)
             return new
         else:
             return e
         return new if new != e else e
 
-    expr = visit(stmt.expr, True, False)
+    expr = visit(stmt.expr, True, False) if nested else stmt.expr
+    n_nested = len(steps)
+    expr = split_root(expr, tuple(stmt.indices), result_format, steps, sparse_reads, dense, formats, step, force)
     if not steps:
         return None
     ops = tuple(dict.fromkeys(a.tensor for a in accesses(expr) if a.indices or not a.tensor.startswith("#n")))
@@ -69,7 +96,63 @@ def split_plan(stmt: Statement, dense: dict[str, bool], result_format: str, reas
     steps.append((last, ops, stmt.output, tuple(stmt.indices), result_format, str(stmt.__class__(
         stmt.output, stmt.indices, expr, ops))))
     texts = ", ".join(s[5] for s in steps[:-1])
-    return steps, f"nested reductions as sparse steps ({texts}), then the statement reading them"
+    if n_nested == len(steps) - 1:
+        return steps, f"nested reductions as sparse steps ({texts}), then the statement reading them"
+    return steps, (f"reductions as sparse steps, one index each, so that the sparse result stores only entries "
+                   f"with a term ({texts}), then the statement reading them")
+
+
+def split_root(e: Expr, out: tuple[str, ...], result_format: str, steps: list, sparse_reads, dense, formats,
+               step=None, force: bool = False) -> Expr:
+    """``e`` with its reduction over several indices (if ``e`` is one, into a sparse result
+    inserted directly: module docstring) split: the reduction over its outer loop's index of
+    a step ``T[out..., outer]`` that reduces the rest (itself split the same way), appended
+    to ``steps``; else ``e``."""
+    if not isinstance(e, Reduce) or len(e.indices) < 2 or result_format == "dense" or not sparse_reads(e):
+        return e
+    outer = outer_reduction(e, out, dense, formats, force)
+    if outer is None:
+        return e
+    inner = Reduce(e.op, tuple(i for i in e.indices if i != outer), e.body, e.identity)
+    free = tuple(out) + (outer,)
+    if step is None:
+        def step(r, free):
+            return _step(split_root(r, free, "sparse", steps, sparse_reads, dense, formats), free, steps)
+    return Reduce(e.op, (outer,), step(inner, free), e.identity)
+
+
+def outer_reduction(r: Reduce, out: tuple[str, ...], dense: dict[str, bool], formats: dict[str, str],
+                    force: bool = False) -> str | None:
+    """The index of the outermost reduction loop of ``r``'s one nest into a sparse result
+    over ``out`` where that nest would store entries without a term (the loop order of
+    :func:`plan.order.schedule` has two or more reduction loops after the last output loop,
+    or one after it and one before it: ``passes/rewrites.inexact_sparse_outputs`` reads the
+    same from MLIR's sorted loops, and the runtime's answer ``force``s a split the order
+    here did not foresee); None where the nest stores exactly.  Where the operands' levels
+    form a cycle the order is not known, and the answer is the first index reduced (split:
+    always exact)."""
+    terms, layouts = [], []
+    for a in accesses(r):
+        if not a.indices:
+            continue
+        terms.append(a.indices)
+        if dense.get(a.tensor, not a.tensor.startswith("#n")):
+            layouts.append(None)
+        else:
+            fmt = formats.get(a.tensor) or _FORMAT.get(len(a.indices), "coo")
+            layouts.append(layout_of(fmt, a.indices))
+    order, _ = schedule(terms, layouts, out, True)
+    if order is None:
+        return r.indices[0]
+    reds = [i for i in order if i in r.indices]
+    if force:
+        return reds[0] if reds else r.indices[0]
+    outs = set(out)
+    last = max((k for k, i in enumerate(order) if i in outs), default=-1)
+    trailing = sum(1 for i in order[last + 1:] if i in r.indices)
+    if trailing >= 2 or (trailing and any(i in r.indices for i in order[:last])):
+        return reds[0]
+    return None
 
 
 def _step(r: Reduce, free: tuple[str, ...], steps: list) -> Access:

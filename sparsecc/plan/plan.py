@@ -170,7 +170,7 @@ def check_optimize(optimize):
 
 def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, bool], result_format: str,
               itemsize: int = 8, optimize=True, one_nest_handwritten: bool = False,
-              formats: dict[str, str] | None = None) -> Plan:
+              formats: dict[str, str] | None = None, split_reductions: bool = False) -> Plan:
     """The plan of ``stmt`` for operands of statistics ``stats`` (by operand name, indices
     in any names), stored dense or not (``dense``), its result stored as
     ``result_format`` (``"dense"`` or a sparse format's name), values of ``itemsize``
@@ -180,15 +180,42 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     per point is :data:`cost.HANDWRITTEN_SPEEDUP` times lower.  ``formats``: each sparse
     operand's storage format by name (``"csr"``, ``"csc"``, ``"coo"``, ...; absent: read in
     order), so that a step reading one against its stored order costs what it walks, or
-    converts it first (``order.py``)."""
+    converts it first (``order.py``).  ``split_reductions``: the one nest, compiled, would
+    store entries without a term in its sparse result (the runtime's fact: MLIR's sorted
+    loops; ``plan/nested.py``): its reductions run one index a step whatever the loop order
+    here says."""
+    force = split_reductions
+    plan = _make_plan(stmt, stats, dense, result_format, itemsize, optimize, one_nest_handwritten, formats)
+    if len(plan.steps) == 1 and result_format != "dense":
+        # a product's one nest (or its flat form) reducing over several indices into a sparse
+        # result whose entries the sparsifier inserts directly: one index a step (nested.py)
+        step = plan.steps[0]
+        if plan.single:
+            split = _nested.split_plan(stmt, dense, result_format, formats, nested=False, force=force)
+        else:           # the flat form, over operands #0, #1, ... = the step's inputs
+            names = dict(zip(step.statement.operands, step.inputs))
+            split = _nested.split_plan(step.statement, {k: dense[v] for k, v in names.items()}, result_format,
+                                       {k: formats[v] for k, v in names.items() if formats and v in formats},
+                                       nested=False, force=force)
+            if split is not None:
+                split = ([(st, tuple(names.get(i, i) for i in inputs), *rest) for st, inputs, *rest in split[0]],
+                         split[1])
+        if split is not None:
+            return _split(stmt, *split)
+    return plan
+
+
+def _make_plan(stmt: Statement, stats, dense, result_format: str, itemsize: int, optimize, one_nest_handwritten: bool,
+               formats) -> Plan:
     optimize = check_optimize(optimize)
     why: list[str] = []
     prod = _path.product_form(stmt, why)
     path = optimize if isinstance(optimize, tuple) else None
     if prod is None or optimize is False:
         # a reduction below the root, lowered as written, fills a dense temporary of its
-        # result's shape: with a sparse result, such reductions are steps of their own
-        split = _nested.split_plan(stmt, dense, result_format)
+        # result's shape: with a sparse result, such reductions are steps of their own (and
+        # a reduction over several indices into a sparse result, one index a step)
+        split = _nested.split_plan(stmt, dense, result_format, formats)
         if split is not None:
             return _split(stmt, *split)
         if optimize is False:

@@ -117,6 +117,7 @@ def compile_job(req: dict) -> dict:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     reply = {"ok": True, "stages": stages, "arg_types": types, "parallel": chosen["parallel"],
              "openmp": chosen["openmp"], "guarded": chosen.get("guarded", []),
+             "inexact": chosen.get("inexact", False),
              "imports": imports, "exports": exports}
     if req.get("object_only"):          # ahead-of-time libraries link several objects later
         if chosen["openmp"]:

@@ -76,7 +76,7 @@ def _from_disk_or_compile(mlir: str, options: Options, what: str) -> Loaded:
         reply = compiler.compile_library(mlir, out, target=target, options=options, what=what)
         entry = cache.store(key, {"stages": reply["stages"], "arg_types": reply["arg_types"],
                                   "parallel": reply["parallel"], "openmp": reply["openmp"],
-                                  "guarded": reply.get("guarded", []),
+                                  "guarded": reply.get("guarded", []), "inexact": reply.get("inexact", False),
                                   "imports": reply["imports"], "exports": reply["exports"]}, out)
         STATS.misses += 1
         _dump(key, reply["stages"])

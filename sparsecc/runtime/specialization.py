@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..dialect import KernelSignature, emit_kernel
-from ..errors import CompileError, FormatError, ShapeError, SparseccError
+from ..errors import CompileError, FormatError, InexactPatternError, ShapeError, SparseccError
 from ..expr import Reduce, Statement, accesses, infer_dtypes
 from ..formats import Format, resolve
 from ..options import Options
@@ -117,6 +117,8 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         mlir, sig, mod = _first_that_compiles(
             attempts,
             lambda split, via: _build(stmt, fmts, dts, out_format, options, split, via))
+        if mod.info.get("inexact"):
+            raise inexact_pattern(stmt)
         n = _expected_args(sig, formats)
         if len(mod.info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(mod.info['arg_types'])} "
@@ -125,6 +127,18 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
                        guarded=tuple(mod.info.get("guarded", ())))
         _loaded[mem_key] = got
         return got
+
+def inexact_pattern(stmt: Statement) -> InexactPatternError:
+    """The error for a one nest whose sparse result MLIR would store inexactly
+    (``rewrites.inexact_sparse_outputs``): a planned call catches it and splits the
+    statement's reductions; anything else that compiles one nest gets it."""
+    return InexactPatternError(
+        f"'{stmt}' as one loop nest would store entries without a term in its sparse result (a reduction over "
+        f"several loops inside the result's last output loop: MLIR 22 stores the reduction's identity there); "
+        f"a planned call (sc.einsum, sc.evaluate, sc.compile) runs its reductions one index a step instead. "
+        f"Here nothing plans it: ask for a dense result (out_format='dense'), or run it through sc.compile "
+        f"(docs/sparse-results.md)")
+
 
 @lru_cache(maxsize=1024)
 def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None,
@@ -310,6 +324,8 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
+        if reply.get("inexact"):
+            raise inexact_pattern(stmt)
         if chosen is not None and reply.get("guarded"):     # fused range checks (passes/guards.py)
             chosen["guarded"] = sorted(reply["guarded"])
         if chosen is not None:
