@@ -62,6 +62,7 @@ CASES = [
     ("ij,jk,k->i", ("csr", "csr", "coo"), "coo"),
     ("ij,jk,kl->il", ("csr", "coo", "csr"), "csr"),
     ("lj,jk,ki,lk->j", ("dense", "csc", "csc", "coo"), "coo"),   # found only from MLIR's sorted loops
+    ("ab,bc,cd,da,ac->ab", ("csr",) * 5, "csr"),   # a cyclic product the mask rule kept one nest
 ]
 
 
@@ -148,3 +149,9 @@ def test_a_one_nest_outside_the_planner_is_refused_not_wrong():
     with pytest.raises(InexactPatternError, match="out_format='dense'"):
         specialization.specialize(stmt, (f, f), ("float64", "float64"), Options(),
                                   resolve("coo", 1, "the result").with_widths(32, 32))
+
+
+def test_an_ahead_of_time_one_nest_is_refused(tmp_path):
+    k = sc.compile("ij,jk->i", "csr", "csr", out_format="coo")
+    with pytest.raises(sc.SparseccError, match="several indices"):
+        sc.aot.build("several", {"k": k}, str(tmp_path))
