@@ -10,12 +10,16 @@ compile and call path.
 * ``cost`` - a step's cost in bytes moved and operations;
 * ``path`` - which statements may be reordered, and the contraction order;
 * ``plan`` - the :class:`Plan` and its :class:`Step` s, the fusion rules, formats;
+* ``nested`` - reductions computed in steps of their own (nested ones; several indices
+  into a sparse result, one index a step);
+* ``optimize`` - what ``optimize=`` may be;
 * ``program`` - a program's steps across statements (:class:`ProgramPlan`: shared steps once,
   statements no output needs dropped).
 """
 
 from .path import DISTRIBUTIVE, Product, product_form
-from .plan import Plan, Step, check_optimize, make_plan, step_statement
+from .optimize import check_optimize
+from .plan import Plan, Step, make_plan, step_statement
 from .program import ProgramPlan, ProgramStep, canonical
 from .stats import TensorStats, degree_bound, estimate, of_operand, sampled_estimate, uniform_estimate
 

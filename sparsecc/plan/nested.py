@@ -102,6 +102,24 @@ def split_plan(stmt: Statement, dense: dict[str, bool], result_format: str, form
                    f"with a term ({texts}), then the statement reading them")
 
 
+def split_one_nest(stmt: Statement, step, single: bool, dense: dict[str, bool], result_format: str,
+                   formats: dict[str, str] | None, force: bool):
+    """:func:`split_plan`'s steps for a plan of one step (``step``: the statement itself where
+    ``single``, else its flat form over operands ``#0``, ``#1``, ... = ``step.inputs``), its
+    root's reduction split only, inputs named as ``stmt``'s; None where nothing is split."""
+    if result_format == "dense":
+        return None
+    if single:
+        return split_plan(stmt, dense, result_format, formats, nested=False, force=force)
+    names = dict(zip(step.statement.operands, step.inputs))
+    split = split_plan(step.statement, {k: dense[v] for k, v in names.items()}, result_format,
+                       {k: formats[v] for k, v in names.items() if formats and v in formats}, nested=False,
+                       force=force)
+    if split is None:
+        return None
+    return [(st, tuple(names.get(i, i) for i in inputs), *rest) for st, inputs, *rest in split[0]], split[1]
+
+
 def split_root(e: Expr, out: tuple[str, ...], result_format: str, steps: list, sparse_reads, dense, formats,
                step=None, force: bool = False) -> Expr:
     """``e`` with its reduction over several indices (if ``e`` is one, into a sparse result

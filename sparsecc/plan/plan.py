@@ -40,6 +40,7 @@ from . import cost as _cost
 from . import nested as _nested
 from . import order as _order
 from . import path as _path
+from .optimize import check_optimize
 from .statements import LETTERS, _name, _text, step_statement
 from .stats import TensorStats, estimate
 
@@ -133,41 +134,6 @@ def single_plan(stmt: Statement, result_format: str, reason: str, entries=None, 
     return Plan(stmt, (step,), path, reason, seconds, single_seconds)
 
 
-def _is_path(optimize) -> bool:
-    return not isinstance(optimize, (bool, str)) and hasattr(optimize, "__iter__")
-
-
-def check_optimize(optimize):
-    """``optimize`` as the planner takes it (True, False, "greedy", "optimal" or a path as
-    a tuple of tuples); a SparseccError for anything else."""
-    if optimize is True or optimize is False:
-        return optimize
-    if isinstance(optimize, str):
-        if optimize in ("greedy", "optimal"):
-            return optimize
-        raise SparseccError(f"optimize={optimize!r}: expected True, False, 'greedy', 'optimal' or a path "
-                            f"like [(1, 2), (0, 1)]")
-    if _is_path(optimize):
-        items = list(optimize)
-        out = []
-        for k, step in enumerate(items):
-            if k == 0 and isinstance(step, str):
-                if step != "einsum_path":
-                    raise SparseccError(f"optimize= path {optimize!r}: a path starts with 'einsum_path' or a tuple")
-                continue
-            if isinstance(step, (str, bytes)) or not hasattr(step, "__iter__"):
-                raise SparseccError(f"optimize= path {optimize!r}: each step is a tuple of operand positions, "
-                                    f"got {step!r}")
-            pos = tuple(step)
-            if not pos or not all(isinstance(p, int) and not isinstance(p, bool) for p in pos):
-                raise SparseccError(f"optimize= path {optimize!r}: step {pos!r} must name at least one operand "
-                                    f"position (integers)")
-            out.append(pos)
-        return tuple(out)
-    raise SparseccError(f"optimize={optimize!r}: expected True, False, 'greedy', 'optimal' or a path like "
-                        f"[(1, 2), (0, 1)]")
-
-
 def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, bool], result_format: str,
               itemsize: int = 8, optimize=True, one_nest_handwritten: bool = False,
               formats: dict[str, str] | None = None, split_reductions: bool = False) -> Plan:
@@ -184,22 +150,12 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     store entries without a term in its sparse result (the runtime's fact: MLIR's sorted
     loops; ``plan/nested.py``): its reductions run one index a step whatever the loop order
     here says."""
-    force = split_reductions
     plan = _make_plan(stmt, stats, dense, result_format, itemsize, optimize, one_nest_handwritten, formats)
-    if len(plan.steps) == 1 and result_format != "dense":
-        # a product's one nest (or its flat form) reducing over several indices into a sparse
-        # result whose entries the sparsifier inserts directly: one index a step (nested.py)
-        step = plan.steps[0]
-        if plan.single:
-            split = _nested.split_plan(stmt, dense, result_format, formats, nested=False, force=force)
-        else:           # the flat form, over operands #0, #1, ... = the step's inputs
-            names = dict(zip(step.statement.operands, step.inputs))
-            split = _nested.split_plan(step.statement, {k: dense[v] for k, v in names.items()}, result_format,
-                                       {k: formats[v] for k, v in names.items() if formats and v in formats},
-                                       nested=False, force=force)
-            if split is not None:
-                split = ([(st, tuple(names.get(i, i) for i in inputs), *rest) for st, inputs, *rest in split[0]],
-                         split[1])
+    if len(plan.steps) == 1:
+        # a one nest (or a product's flat form) reducing over several indices into a sparse
+        # result that would store entries without a term: one index a step (nested.py)
+        split = _nested.split_one_nest(stmt, plan.steps[0], plan.single, dense, result_format, formats,
+                                       split_reductions)
         if split is not None:
             return _split(stmt, *split)
     return plan

@@ -194,6 +194,11 @@ class Kernel:
         self._last: Compiled | None = None
         self._out_cache: dict = {}
         self._library: dict | None = None   # set by sc.aot.load: the only specializations
+        #: run a one nest whose sparse result would store entries without a term, holding the
+        #: sum's identity 0 there (``Compiled.inexact``): only for kernels whose results are
+        #: read at a pattern of their own (``derived``: a gradient's values on its operand's
+        #: pattern, where 0 is the right value); else the call raises InexactPatternError
+        self.inexact_ok = False
         for name, spec in formats.items():
             if spec is not None and not _bare_bsr(spec):
                 resolve(spec, self._ranks[name], describe(name))   # fail early on bad formats
@@ -339,6 +344,7 @@ class Kernel:
             key, k = None, None
         if k is None:
             k = Kernel(parse_notation(statement), {}, self.options, source=statement, out_format=out_format)
+            k.inexact_ok = True     # read on its operand's pattern (autodiff._values_on): stored 0s are right
             if key is not None:
                 _derived[key] = k
         return k

@@ -25,7 +25,7 @@ from . import specialization as _spec
 from .memref import ArgPacker
 from .operands import aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound, own_widths
 from .specialization import (Compiled, _for_sparse_result, _result_dtype, _without_coiterated_blocks, gpu_formats,
-                             sparse_result_orders, specialize)
+                             inexact_pattern, sparse_result_orders, specialize)
 from .validate import check_widths, validate
 
 
@@ -244,6 +244,8 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> _Plan:
         key = None
     else:
         comp = specialize(self.stmt, formats, dtypes, self.options, out_fmt, huge)
+        if comp.inexact and not self.inexact_ok:
+            raise inexact_pattern(self.stmt)        # before any native code runs
         key = _loaded_key(comp)
     sig = comp.signature
     layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]

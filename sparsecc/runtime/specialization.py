@@ -57,6 +57,9 @@ class Compiled:
     stages_of: object = field(default=None, repr=False)
     #: the kernel's arguments whose coordinates it range-checks itself (passes/guards.py)
     guarded: tuple[int, ...] = ()
+    #: its sparse result would store entries without a term (``rewrites.inexact_sparse_outputs``):
+    #: the call path refuses to run it (``inexact_pattern``) unless its kernel says that is harmless
+    inexact: bool = False
     #: the kernel writes every entry of its dense output: the call allocates it with np.empty
     fills_output: bool = False
 
@@ -117,21 +120,20 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
         mlir, sig, mod = _first_that_compiles(
             attempts,
             lambda split, via: _build(stmt, fmts, dts, out_format, options, split, via))
-        if mod.info.get("inexact"):
-            raise inexact_pattern(stmt)
         n = _expected_args(sig, formats)
         if len(mod.info["arg_types"]) != n:
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(mod.info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
         got = Compiled(mod.key, sig, formats, out_format, mlir, mod.lib, mod.entry, mod.info_path,
-                       guarded=tuple(mod.info.get("guarded", ())))
+                       guarded=tuple(mod.info.get("guarded", ())), inexact=bool(mod.info.get("inexact")))
         _loaded[mem_key] = got
         return got
 
 def inexact_pattern(stmt: Statement) -> InexactPatternError:
     """The error for a one nest whose sparse result MLIR would store inexactly
-    (``rewrites.inexact_sparse_outputs``): a planned call catches it and splits the
-    statement's reductions; anything else that compiles one nest gets it."""
+    (``rewrites.inexact_sparse_outputs``), raised by the call path before it runs (and by an
+    ahead-of-time build): a planned call catches it and splits the statement's reductions;
+    anything else that calls one nest gets it."""
     return InexactPatternError(
         f"'{stmt}' as one loop nest would store entries without a term in its sparse result (a reduction over "
         f"several loops inside the result's last output loop: MLIR 22 stores the reduction's identity there); "
