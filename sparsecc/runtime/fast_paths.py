@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..dialect.kernels import sddmm, spgemm, union
+from ..dialect.kernels import masked_spgemm, sddmm, spgemm, union
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
 from ..kernel_abi import TargetFacts
@@ -19,7 +19,7 @@ from .loader import load_module
 
 #: the hand-written kernels with per-thread workspaces the size of a dimension: a ``huge``
 #: call (a dimension much larger than the stored entries) keeps the sparsifier's kernel
-SIZED_BY_DIMENSION = ("spgemm", "masked_sum")
+SIZED_BY_DIMENSION = ("spgemm", "masked_sum", "masked_spgemm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +75,8 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
             return Route("gemm", tuple(plan.index_order),
                          lambda parallel: gemm.emit(plan, fmts, None, dtype, parallel, facts), False,
                          fills_output=True)
-    for module in (spgemm, sddmm, union):   # (union: A + B, a*A - b*B with a CSR/CSC result)
+    # (masked_spgemm: M * (A @ B) with all three CSR; union: A + B, a*A - b*B with a CSR/CSC result)
+    for module in (spgemm, masked_spgemm, sddmm, union):
         plan = module.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
@@ -128,10 +129,9 @@ def reads_transposed(stmt, formats, dtypes, out_format) -> bool:
 
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     """Whether the hand-written kernel for this specialization has workspaces the size of a
-    dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
+    dimension (SpGEMM, the masked sum and product): a ``huge`` call of it is then a specialization of its own."""
     from ..dialect.kernels import masked_sum
-    return (spgemm.match(stmt, formats, dtypes, out_format) is not None
-            or masked_sum.match(stmt, formats, dtypes, out_format) is not None)
+    return any(k.match(stmt, formats, dtypes, out_format) is not None for k in (spgemm, masked_sum, masked_spgemm))
 
 
 def serial_kernel(stmt, formats, dtypes, out_format, facts: TargetFacts):
