@@ -328,6 +328,19 @@ for w in (np.int32, np.int64):
                         else:
                             raise SystemExit(f"no error: {kname} {which} {bad} {w.__name__} {nthreads}")
             assert abs(k(M=M, A=A, B=B) - want).max() < 1e-12
+        # a block of rows where A stores nothing: M's coordinates are still checked there
+        empty_a = sp.csr_array((m, kk), dtype=A.dtype)
+        empty_a.indptr, empty_a.indices = empty_a.indptr.astype(w), empty_a.indices.astype(w)
+        X = M.copy()
+        X.indices[X.nnz - 1] = n
+        for k in kinds.values():
+            try:
+                k(M=X, A=empty_a, B=B)
+            except sc.SparseccError as e:
+                assert "index" in str(e) or "range" in str(e), e
+            else:
+                raise SystemExit(f"no error for a bad coordinate of M over an empty A {w.__name__} {nthreads}")
+            assert k(M=M, A=empty_a, B=B).nnz == 0
         short = M.copy()
         short.data = short.data[:-1]
         try:

@@ -283,6 +283,7 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t.index_constants()
     t("%cm1 = arith.constant -1 : index")
     t("%zero8 = arith.constant 0 : i8")
+    t("%one32 = arith.constant 1 : i32")
     t(f"%cR = arith.constant {ROWS_PER_BLOCK} : index")
     m1 = t.op(f"arith.addi {m}, %c1 : index")
     # this call's out-of-range flag (runtime/entry.py), set by a bad coordinate of M, A or B
@@ -312,7 +313,8 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     # phase 1: each row's sums and count, a block of rows an iteration
     opening, closing = loop(parallel, "%b", "%c0", nb)
     t(opening)
-    _, _, r0, r1 = _block_rows(t, "%ablk", m)        # (the thread count follows A's entries)
+    alo, ahi, r0, r1 = _block_rows(t, "%ablk", m)        # (the thread count follows A's entries)
+    t(f"scf.if {t.op(f'arith.cmpi ult, {alo}, {ahi} : index')} {{")
     if parallel:
         tid = t.op(f"arith.index_cast {t.op('func.call @omp_get_thread_num() : () -> i32')} : i32 to index")
         ok = t.op(f"arith.cmpi ult, {tid}, {nt} : index")
@@ -329,6 +331,23 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
         t("}")
     else:
         rows("%c0", "%mark", r0, r1)
+    t("} else {")     # no entry of A in the block's rows: nothing stored; M's coordinates still checked
+    t(f"scf.for %i = {r0} to {r1} step %c1 {{")
+    t.store_index("%c0", "%C_pos", t.op("arith.addi %i, %c1 : index"), pw)
+    t("}")
+    mlo, mhi = t.load_index("%M_pos", r0, fm.pos_width), t.load_index("%M_pos", r1, fm.pos_width)
+    mx = t.fresh("mx")
+    t(f"{mx} = scf.for %p = {mlo} to {mhi} step %c1 iter_args(%m0 = %c0) -> (index) {{")
+    t("  memref.store %zero8, %hit[%p] : memref<?xi8>")
+    jv = t.load_index("%M_crd", "%p", fm.crd_width)
+    t(f"scf.yield {t.op(f'arith.maxui %m0, {jv} : index')} : index")
+    t("}")
+    bad = t.op(f"arith.andi {t.op(f'arith.cmpi ult, {mlo}, {mhi} : index')}, "
+               f"{t.op(f'arith.cmpi uge, {mx}, {n} : index')} : i1")
+    t(f"scf.if {bad} {{")
+    t(set_flag("%one32", flag))
+    t("}")
+    t("}")
     t(closing)
     nnz = prefix_sum(t, m, pw)
     alloc_entries(t, t.op(f"arith.maxui {nnz}, %c1 : index"), out, row, facts)
