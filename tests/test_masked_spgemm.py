@@ -9,6 +9,8 @@ Every test also checks that the hand-written kernel ran (its row function in the
 fails on the sparsifier's one nest.  Compiles are shared (one kernel object per spelling)."""
 
 import functools
+import json
+import shutil
 import subprocess
 import sys
 
@@ -278,15 +280,23 @@ def test_huge_dimension_keeps_the_sparsifiers_kernel():
     assert not hand_written(k)
 
 
-def test_ahead_of_time_libraries_get_the_serial_kernel():
-    from sparsecc.formats import Format
-    from sparsecc.kernel_abi import TargetFacts
-    from sparsecc.parse import parse_notation
-    from sparsecc.runtime import fast_paths
-    f = Format.csr().with_widths(32, 32)
-    got = fast_paths.serial_kernel(parse_notation(NESTED), (f, f, f), ("float64",) * 3, f,
-                                   TargetFacts("x86_64", "linux"))
-    assert got[0] == "masked_spgemm" and "scf.parallel" not in got[2] and "omp_" not in got[2]
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to link a library")
+def test_ahead_of_time_libraries_get_the_serial_kernel(tmp_path):
+    """sc.aot.build: the serial loops (and the sparsifier's kernel for huge dimensions), the
+    oracle's result through sc.aot.load, a bad coordinate of M an error."""
+    sc.aot.build("mm", {"masked": kernel("nested")}, str(tmp_path))
+    man = json.loads((tmp_path / "mm.json").read_text())["kernels"]["masked"]
+    assert man["kernel"] == "masked_spgemm" and man["huge_dimensions"] == "sparsifier"
+    lib = sc.aot.load(str(tmp_path))
+    rng = np.random.default_rng(seed("aot"))
+    for name in ("random", "wide_rows", "empty_mask"):
+        M, A, B = case(name, "float64", rng)
+        check(lib.masked(M=M, A=A, B=B), M, A, B)
+    M, A, B = case("random", "float64", rng)
+    X = M.copy()
+    X.indices[-1] = M.shape[1]
+    with pytest.raises(sc.SparseccError, match="out of range"):
+        lib.masked(M=X, A=A, B=B)
 
 
 BAD_CHILD = r"""

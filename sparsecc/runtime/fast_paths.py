@@ -1,5 +1,6 @@
-"""Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM,
-SpMM, MTTKRP/TTV, unions, dense x dense contractions), whose sparsifier kernels run serially.  ``specialize`` asks
+"""Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM, the
+masked product and sum, SpMM, MTTKRP/TTV, unions, dense x dense contractions), whose sparsifier
+kernels run serially.  ``specialize`` asks
 :func:`compiled` first; None means the ordinary sparsifier path.  The kernels are emitted
 from the compile target's facts (``Target.kernel_facts()``), never from the host's."""
 
@@ -43,7 +44,7 @@ class Route:
 def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
     this order: MTTKRP/TTV over a 3-D COO operand, the transposed SpMV, SpMM and dense x dense contractions (dense
-    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the
+    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/the masked product/SDDMM with CSR results, then the
     union, then any other element-wise body over CSR/CSC operands (``ewise``).  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
     from ..dialect.kernels import gemm, masked_sum, mttkrp, spmm
