@@ -227,6 +227,19 @@ def test_int64_indices_and_mixed_widths():
     assert hand_written(k)
 
 
+@pytest.mark.parametrize("cpu", ["haswell", "x86-64"])
+def test_narrower_vectors(cpu):
+    """A target without AVX-512 (8 lanes of int32 coordinates, 4 of int64; a generic x86-64
+    has no gather instruction at all): the same results."""
+    rng = np.random.default_rng(seed("narrow", cpu))
+    k = sc.compile(NESTED, M="csr", A="csr", B="csr", out_format="csr", options=sc.Options(cpu=cpu))
+    for width in (np.int32, np.int64):
+        for name in ("random", "wide_rows", "single"):
+            M, A, B = case(name, "float64", rng, width)
+            check(k(M=M, A=A, B=B), M, A, B)
+    assert hand_written(k)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int64"])
 def test_a_constant_factor(dtype):
     rng = np.random.default_rng(seed("scale", dtype))

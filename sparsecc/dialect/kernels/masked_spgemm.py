@@ -115,36 +115,42 @@ def _accumulate(t: Text, plan: Plan, row: dt.DType, a: str, q: str, slot: str) -
     t(f"  memref.store %one8, %hit[{slot}] : memref<?xi8>")
 
 
-def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo: str, bhi: str,
-           lo_t: str, len_t: str, nm1: str, lanes: int) -> str:
-    """B's row ``blo .. bhi`` ``lanes`` entries at a time: a masked load of the coordinates,
-    a gather of their stamps, one compare; only lanes that hit go one by one (their bits,
-    lowest first: B's order, as the scalar loop); returns the largest coordinate read."""
+def _vector_constants(t: Text, fb: Format, MT: str, lo_t: str, len_t: str, nm1: str, lanes: int) -> dict:
+    """The row's constants of :func:`_b_row` (written before A's loop)."""
     CT = ity(fb.crd_width)
-    vc, vm, vb = f"vector<{lanes}x{CT}>", f"vector<{lanes}x{MT}>", f"vector<{lanes}xi1>"
-    zc = t.op(f"arith.constant dense<0> : {vc}")
-    pass_m = t.op(f"arith.constant dense<-1> : {vm}")
-    top = t.op(f"vector.broadcast {t.op(f'arith.index_cast {nm1} : index to {CT}')} : {CT} to {vc}")
-    vlo = t.op(f"vector.broadcast {lo_t} : {MT} to {vm}")
-    vlen = t.op(f"vector.broadcast {len_t} : {MT} to {vm}")
+    v = {"vc": f"vector<{lanes}x{CT}>", "vm": f"vector<{lanes}x{MT}>", "vb": f"vector<{lanes}xi1>", "CT": CT}
+    v["zc"] = t.op(f"arith.constant dense<0> : {v['vc']}")
+    v["pass"] = t.op(f"arith.constant dense<-1> : {v['vm']}")
+    v["top"] = t.op(f"vector.broadcast {t.op(f'arith.index_cast {nm1} : index to {CT}')} : {CT} to {v['vc']}")
+    v["lo"] = t.op(f"vector.broadcast {lo_t} : {MT} to {v['vm']}")
+    v["len"] = t.op(f"vector.broadcast {len_t} : {MT} to {v['vm']}")
+    v["step"] = t.op(f"arith.constant {lanes} : index")
+    return v
+
+
+def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo: str, bhi: str, nm1: str,
+           lanes: int, v: dict, vmax: str) -> str:
+    """B's row ``blo .. bhi`` ``lanes`` entries at a time: a masked load of the coordinates,
+    a gather of their stamps, one compare; only lanes that hit go one by one (the mask's bits,
+    lowest first: B's order); returns ``vmax`` with the coordinates read (lane by lane)."""
+    vc, vm, vb, CT = v["vc"], v["vm"], v["vb"], v["CT"]
     bits_t = "i64" if lanes > 32 else "i32"
-    pow2 = t.op(f"arith.constant dense<[{', '.join(str(1 << x) for x in range(lanes))}]> : vector<{lanes}x{bits_t}>")
-    zb = t.op(f"arith.constant dense<0> : vector<{lanes}x{bits_t}>")
     zero_b = t.op(f"arith.constant 0 : {bits_t}")
     one_b = t.op(f"arith.constant 1 : {bits_t}")
-    step = t.op(f"arith.constant {lanes} : index")
-    vmx = t.fresh("vmx")
-    t(f"{vmx} = scf.for %q = {blo} to {bhi} step {step} iter_args(%vm0 = {zc}) -> ({vc}) {{")
+    out = t.fresh("vmx")
+    t(f"{out} = scf.for %q = {blo} to {bhi} step {v['step']} iter_args(%vm0 = {vmax}) -> ({vc}) {{")
     left = t.op(f"arith.subi {bhi}, %q : index")
     mask = t.op(f"vector.create_mask {left} : {vb}")
-    jv = t.op(f"vector.maskedload %B_crd[%q], {mask}, {zc} : memref<?x{CT}>, {vb}, {vc} into {vc}")
-    jc = t.op(f"arith.minui {jv}, {top} : {vc}")       # clamped: a bad one is flagged after the row
-    mk = t.op(f"vector.gather %mark[%base][{jc}], {mask}, {pass_m} : memref<?x{MT}>, {vc}, {vb}, {vm} into {vm}")
-    off = t.op(f"arith.subi {mk}, {vlo} : {vm}")
-    mine = t.op(f"arith.cmpi ult, {off}, {vlen} : {vm}")
+    jv = t.op(f"vector.maskedload %B_crd[%q], {mask}, {v['zc']} : memref<?x{CT}>, {vb}, {vc} into {vc}")
+    jc = t.op(f"arith.minui {jv}, {v['top']} : {vc}")       # clamped: a bad one is flagged after the row
+    mk = t.op(f"vector.gather %mark[%base][{jc}], {mask}, {v['pass']} : memref<?x{MT}>, {vc}, {vb}, {vm} into {vm}")
+    off = t.op(f"arith.subi {mk}, {v['lo']} : {vm}")
+    mine = t.op(f"arith.cmpi ult, {off}, {v['len']} : {vm}")
     hits = t.op(f"arith.andi {mine}, {mask} : {vb}")
-    bits = t.op(f"vector.reduction <or>, {t.op(f'arith.select {hits}, {pow2}, {zb} : {vb}, vector<{lanes}x{bits_t}>')} "
-                f": vector<{lanes}x{bits_t}> into {bits_t}")
+    word = t.op(f"vector.bitcast {hits} : {vb} to vector<1xi{lanes}>")   # the mask register as bits
+    bits = t.op(f"vector.extract {word}[0] : i{lanes} from vector<1xi{lanes}>")
+    if lanes < int(bits_t[1:]):
+        bits = t.op(f"arith.extui {bits} : i{lanes} to {bits_t}")
     anyhit = t.op(f"arith.cmpi ne, {bits}, {zero_b} : {bits_t}")
     t(f"scf.if {anyhit} {{")
     t(f"%bw = scf.while (%u = {bits}) : ({bits_t}) -> {bits_t} {{")
@@ -162,8 +168,7 @@ def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo:
     t("}")
     t(f"scf.yield {t.op(f'arith.maxui %vm0, {jv} : {vc}')} : {vc}")
     t("}")
-    mxc = t.op(f"vector.reduction <maxui>, {vmx} : {vc} into {CT}")
-    return t.op(f"arith.index_castui {mxc} : {CT} to index")
+    return out
 
 
 def _row_function(plan: Plan, fm: Format, fa: Format, fb: Format, row: dt.DType, lanes: int) -> list[str]:
@@ -200,31 +205,38 @@ def _row_function(plan: Plan, fm: Format, fa: Format, fb: Format, row: dt.DType,
         nm1 = t.op("arith.subi %n, %c1 : index")
         alo = t.load_index("%A_pos", "%i", fa.pos_width)
         ahi = t.load_index("%A_pos", i1, fa.pos_width)
-        t(f"scf.for %pa = {alo} to {ahi} step %c1 {{")
+        v = _vector_constants(t, fb, MT, lo_t, len_t, nm1, lanes)
+        vmx = t.fresh("vmx")     # B's coordinates read, lane by lane: compared once a row
+        t(f"{vmx} = scf.for %pa = {alo} to {ahi} step %c1 iter_args(%vma = {v['zc']}) -> ({v['vc']}) {{")
         kv = t.load_index("%A_crd", "%pa", fa.crd_width)
         okk = t.op(f"arith.cmpi ult, {kv}, %kn : index")
-        t(f"scf.if {okk} {{")
-        a = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
-        if plan.scale is not None:      # the constant factor, once per A entry (as SpGEMM)
-            kind = "complex.constant" if row.kind == "complex" else "arith.constant"
-            a = t.op(arith(row, "*", t.op(f"{kind} {plan.scale} : {T}"), a))
-        # prefetch B's row of A's entry PREFETCH_AHEAD ahead (clamped to A's last entry, B's rows)
-        nx = t.op(f"arith.addi %pa, {t.op(f'arith.constant {PREFETCH_AHEAD} : index')} : index")
-        nx2 = t.op(f"arith.minui {nx}, {t.op('arith.subi %anz, %c1 : index')} : index")
-        kx = t.op(f"arith.minui {t.load_index('%A_crd', nx2, fa.crd_width)}, {t.op('arith.subi %kn, %c1 : index')} "
-                  f": index")
-        bn = t.load_index("%B_pos", kx, fb.pos_width)
-        t(f"memref.prefetch %B_crd[{bn}], read, locality<3>, data : memref<?x{ity(fb.crd_width)}>")
-        blo = t.load_index("%B_pos", kv, fb.pos_width)
-        bhi = t.load_index("%B_pos", t.op(f"arith.addi {kv}, %c1 : index"), fb.pos_width)
-        mx = _b_row(t, plan, row, fb, MT, a, blo, bhi, lo_t, len_t, nm1, lanes)
-        bad = t.op(f"arith.cmpi uge, {mx}, %n : index")
-        t(f"scf.if {bad} {{")
-        t(set_flag("%one32", "%flag"))
+
+        def entry() -> str:
+            a = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
+            if plan.scale is not None:      # the constant factor, once per A entry (as SpGEMM)
+                kind = "complex.constant" if row.kind == "complex" else "arith.constant"
+                a = t.op(arith(row, "*", t.op(f"{kind} {plan.scale} : {T}"), a))
+            # prefetch B's row of A's entry PREFETCH_AHEAD ahead (clamped to A's last entry, B's rows)
+            nx = t.op(f"arith.addi %pa, {t.op(f'arith.constant {PREFETCH_AHEAD} : index')} : index")
+            nx2 = t.op(f"arith.minui {nx}, {t.op('arith.subi %anz, %c1 : index')} : index")
+            kx = t.op(f"arith.minui {t.load_index('%A_crd', nx2, fa.crd_width)}, "
+                      f"{t.op('arith.subi %kn, %c1 : index')} : index")
+            bn = t.load_index("%B_pos", kx, fb.pos_width)
+            t(f"memref.prefetch %B_crd[{bn}], read, locality<3>, data : memref<?x{ity(fb.crd_width)}>")
+            blo = t.load_index("%B_pos", kv, fb.pos_width)
+            bhi = t.load_index("%B_pos", t.op(f"arith.addi {kv}, %c1 : index"), fb.pos_width)
+            return _b_row(t, plan, row, fb, MT, a, blo, bhi, nm1, lanes, v, "%vma")
+
+        def bad() -> str:
+            t(set_flag("%one32", "%flag"))
+            return "%vma"
+        t(f"scf.yield {if_yield(t, okk, v['vc'], entry, bad)} : {v['vc']}")
         t("}")
-        t("} else {")
+        CT = v["CT"]
+        mxc = t.op(f"vector.reduction <maxui>, {vmx} : {v['vc']} into {CT}")
+        mx = t.op(f"arith.index_castui {mxc} : {CT} to index")
+        t(f"scf.if {t.op(f'arith.cmpi uge, {mx}, %n : index')} {{")
         t(set_flag("%one32", "%flag"))
-        t("}")
         t("}")
         cnt = t.fresh("cnt")
         t(f"{cnt} = scf.for %p = {mlo} to {mhi} step %c1 iter_args(%c = %c0) -> (index) {{")
