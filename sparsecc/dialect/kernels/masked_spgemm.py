@@ -7,19 +7,24 @@ transposed (``A[k,i]`` CSC has A's CSR buffers of ``(i, k)``): M, A and B CSR, a
 (GraphBLAS's masked ``mxm`` followed by the multiply with M).
 
 MLIR 22's sparsifier compiles the flat form as one nest that never runs in parallel (it
-writes a sparse result).  Here the rows ``i`` run in an ``scf.parallel``, in two phases:
+writes a sparse result).  Here blocks of ``ROWS_PER_BLOCK`` rows run in an ``scf.parallel``
+(a block's stored entries of A are the thread count's measure; a block where A stores
+nothing only clears its flags), in two phases:
 
 1. Each row stamps M's row ``i`` into a dense marker of its thread, the size of the result's
    columns, with each entry's *position* ``p`` in M's buffers (positions are unique over all
    rows, so the marker is never cleared: a stamp of another row lies outside this row's
    positions ``[M_pos[i], M_pos[i+1])``, one unsigned compare).  Then for each ``A[i,k]``,
-   for each ``B[k,j]``: where ``j``'s stamp is one of this row's positions, ``A[i,k] * B[k,j]``
-   is added to that position's slot of an accumulator indexed by M's positions (each row owns
-   its slots; it starts at ``-0.0``, so the first term is stored exactly) and the slot is
-   flagged.  B's values are read only on a hit (a few percent of its entries under a sparse
-   mask).  The row's count of flagged slots goes to the result's positions.
-2. A prefix sum of the counts, then a parallel pass copies each row's flagged entries in M's
-   order: the coordinate from M, the value ``M[i,j] * sum``.
+   B's row ``k`` is read a vector of coordinates at a time (16 int32 with AVX-512: a masked
+   load, a gather of their stamps, one compare; B's row of A's entry ``PREFETCH_AHEAD`` ahead
+   prefetched); where a ``j``'s stamp is one of this row's positions (the mask's bits, lowest
+   first), ``A[i,k] * B[k,j]`` is added to that position's slot of an accumulator indexed by
+   M's positions (each row owns its slots; it starts at ``-0.0``, so the first term is stored
+   exactly) and the slot is flagged.  B's values are read only there (a few percent of its
+   entries under a sparse mask).  The row's count of flagged slots goes to the result's
+   positions.
+2. A prefix sum of the counts, then a parallel pass copies each block's flagged entries in
+   M's order: the coordinate from M, the value ``M[i,j] * sum``.
 
 So the result stores exactly the entries of M's pattern where at least one product
 ``A[i,k] * B[k,j]`` is stored (an entry whose terms cancel to zero stays stored), as the
