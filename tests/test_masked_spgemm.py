@@ -177,7 +177,8 @@ def test_values_and_pattern(spelling, dtype):
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 def test_bits_of_optimize_false_and_of_any_thread_count(dtype):
     """The values are optimize=False's (SpGEMM, then the mask) bit for bit, and the same with
-    1 and 2 threads (a size with many blocks of rows; parallel below the work threshold)."""
+    1, 2 and 5 threads (more than the cores: each needs its own marker; a size with many
+    blocks of rows; parallel below the work threshold)."""
     rng = np.random.default_rng(seed("bits", dtype))
     m, kk, n = 700, 300, 500
     M = csr(random_rows(m, n, 6, rng, empty=range(0, m, 9)), (m, n), dtype, rng)
@@ -185,7 +186,7 @@ def test_bits_of_optimize_false_and_of_any_thread_count(dtype):
     B = csr(random_rows(kk, n, 8, rng), (kk, n), dtype, rng)
     threads.set_min_parallel_work(0)
     outs = []
-    for t in (1, 2, 1):
+    for t in (1, 2, 5, 1):
         sc.set_num_threads(t)
         k, got = call("nested", M, A, B)
         assert hand_written(k)

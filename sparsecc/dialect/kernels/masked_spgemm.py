@@ -108,6 +108,9 @@ PREFETCH_AHEAD = 8
 #: bench row on one thread
 ROWS_PER_BLOCK = 32
 BLOCKS_PER_CHUNK = 4
+#: an entry of A reads a row of B: the work of about this many entries of SpMV, the unit of
+#: the thread count's measure (bench row, 1 thread: ~10 ns an entry of A)
+WORK_PER_A_ENTRY = 8
 
 
 def _accumulate(t: Text, plan: Plan, row: dt.DType, a: str, q: str, slot: str) -> None:
@@ -261,13 +264,16 @@ def _row_function(plan: Plan, fm: Format, fa: Format, fb: Format, row: dt.DType,
     return function(sig, t.lines)
 
 
-def _blocks(t: Text, name: str, pos: str, width: int, m: str, nb1: str) -> None:
-    """``name[b]`` = ``pos[min(b * ROWS_PER_BLOCK, m)]`` for the ``nb1`` block bounds: a block's
-    stored entries, which the thread count reads (``passes/rewrites.py thread_count``)."""
+def _blocks(t: Text, name: str, pos: str, width: int, m: str, nb1: str, weight: int = 1) -> None:
+    """``name[b]`` = ``weight * pos[min(b * ROWS_PER_BLOCK, m)]`` for the ``nb1`` block bounds:
+    a block's stored entries (times ``weight``), the measure of work the thread count reads
+    (``passes/rewrites.py thread_count``: one unit is about an entry of SpMV)."""
     t(f"{name} = memref.alloc({nb1}) : memref<?xindex>")
+    w = t.op(f"arith.constant {weight} : index") if weight != 1 else None
     t(f"scf.for %b = %c0 to {nb1} step %c1 {{")
     r = t.op(f"arith.minui {t.op('arith.muli %b, %cR : index')}, {m} : index")
-    t(f"  memref.store {t.load_index(pos, r, width)}, {name}[%b] : memref<?xindex>")
+    v = t.load_index(pos, r, width)
+    t(f"  memref.store {t.op(f'arith.muli {v}, {w} : index') if w else v}, {name}[%b] : memref<?xindex>")
     t("}")
 
 
@@ -314,7 +320,7 @@ def emit(plan: Plan, formats: dict, out: Format, dtype: str, parallel: bool, fac
     t.store_index("%c0", "%C_pos", "%c0", pw)
     nb1 = t.op(f"arith.addi {t.op(f'arith.ceildivui {m}, %cR : index')}, %c1 : index")
     nb = t.op(f"arith.subi {nb1}, %c1 : index")
-    _blocks(t, "%ablk", "%A_pos", fa.pos_width, m, nb1)
+    _blocks(t, "%ablk", "%A_pos", fa.pos_width, m, nb1, WORK_PER_A_ENTRY)
     args = "%M_pos, %M_crd, %A_pos, %A_crd, %A_val, %B_pos, %B_crd, %B_val"
     types = ", ".join(f"memref<?x{ty}>" for ty in (ity(fm.pos_width), ity(fm.crd_width), ity(fa.pos_width),
                                                     ity(fa.crd_width), T, ity(fb.pos_width), ity(fb.crd_width), T))
