@@ -103,6 +103,11 @@ def _minus_zero(row: dt.DType) -> str:
 #: B's row of A's entry this many ahead (across rows) is prefetched: B's rows are visited in
 #: random order (bench row, 1 thread: 0.88-0.91x the time without; 4-16 alike)
 PREFETCH_AHEAD = 8
+#: a row of M of at most this many entries is tested against a chunk of B's coordinates by
+#: comparing its coordinates with them, one vector compare each (the first tier that fits);
+#: a longer one by gathering their stamps from the marker.  Bench row (M 4 a row), 1 thread:
+#: 4 compares 0.60-0.63x the gather's time, 8 0.75x, 12 0.90x, 16 1.11x
+COMPARE_TIERS = (4, 8)
 #: rows a parallel iteration takes (its thread's marker looked up once), and such blocks dealt
 #: at a time by the dynamic schedule: a call of ``omp_get_thread_num`` per row cost 4-7% of the
 #: bench row on one thread
@@ -123,25 +128,69 @@ def _accumulate(t: Text, plan: Plan, row: dt.DType, a: str, q: str, slot: str) -
     t(f"  memref.store %one8, %hit[{slot}] : memref<?xi8>")
 
 
-def _vector_constants(t: Text, fb: Format, MT: str, lo_t: str, len_t: str, nm1: str, lanes: int) -> dict:
-    """The row's constants of :func:`_b_row` (written before A's loop)."""
+def _vector_constants(t: Text, fb: Format, MT: str, mlo: str, mhi: str, nm1: str, lanes: int) -> dict:
+    """The row's constants of :func:`_b_row` (written before A's loop); ``lo``, ``len``: the
+    row's first position in M and its entries, in the marker's type."""
     CT = ity(fb.crd_width)
-    v = {"vc": f"vector<{lanes}x{CT}>", "vm": f"vector<{lanes}x{MT}>", "vb": f"vector<{lanes}xi1>", "CT": CT}
+    v = {"vc": f"vector<{lanes}x{CT}>", "vb": f"vector<{lanes}xi1>", "CT": CT, "lanes": lanes}
+    v["lo"] = t.op(f"arith.index_cast {mlo} : index to {MT}")
+    v["len"] = t.op(f"arith.index_cast {t.op(f'arith.subi {mhi}, {mlo} : index')} : index to {MT}")
     v["zc"] = t.op(f"arith.constant dense<0> : {v['vc']}")
-    v["pass"] = t.op(f"arith.constant dense<-1> : {v['vm']}")
     v["top"] = t.op(f"vector.broadcast {t.op(f'arith.index_cast {nm1} : index to {CT}')} : {CT} to {v['vc']}")
-    v["lo"] = t.op(f"vector.broadcast {lo_t} : {MT} to {v['vm']}")
-    v["len"] = t.op(f"vector.broadcast {len_t} : {MT} to {v['vm']}")
     v["step"] = t.op(f"arith.constant {lanes} : index")
     return v
 
 
+def _in_marker(t: Text, v: dict, MT: str):
+    """The test of :func:`_b_row`: a gather of the coordinates' stamps, each compared with the
+    row's positions (its constants written here, before A's loop)."""
+    vc, vb = v["vc"], v["vb"]
+    vm = f"vector<{v['lanes']}x{MT}>"
+    none = t.op(f"arith.constant dense<-1> : {vm}")
+    lo = t.op(f"vector.broadcast {v['lo']} : {MT} to {vm}")
+    vlen = t.op(f"vector.broadcast {v['len']} : {MT} to {vm}")
+
+    def test(jc: str, mask: str) -> str:
+        mk = t.op(f"vector.gather %mark[%base][{jc}], {mask}, {none} : memref<?x{MT}>, {vc}, {vb}, {vm} into {vm}")
+        return t.op(f"arith.cmpi ult, {t.op(f'arith.subi {mk}, {lo} : {vm}')}, {vlen} : {vm}")
+    return test
+
+
+def _in_row(t: Text, v: dict, fm: Format, mlo: str, mhi: str, up_to: int):
+    """The test of :func:`_b_row` for a row of M of at most ``up_to`` entries: its coordinates,
+    broadcast (written here, before A's loop; past the row's end, or for a coordinate out of
+    range, an impossible one: a chunk's are clamped below n), compared with the chunk's, no
+    gather."""
+    CT, vc, vb = v["CT"], v["vc"], v["vb"]
+    last = t.op(f"arith.subi {mhi}, %c1 : index")
+    ln = t.op(f"arith.subi {mhi}, {mlo} : index")
+    none = t.op(f"arith.constant -1 : {CT}")
+    cols = []
+    for e in range(up_to):
+        ce = t.op(f"arith.constant {e} : index")
+        at = t.op(f"arith.minui {t.op(f'arith.addi {mlo}, {ce} : index')}, {last} : index")
+        ci = t.load_index("%M_crd", at, fm.crd_width)
+        ok = t.op(f"arith.andi {t.op(f'arith.cmpi ult, {ce}, {ln} : index')}, "
+                  f"{t.op(f'arith.cmpi ult, {ci}, %n : index')} : i1")      # (a bad one: flagged, never cast)
+        c = t.op(f"arith.select {ok}, {t.op(f'arith.index_cast {ci} : index to {CT}')}, {none} : {CT}")
+        cols.append(t.op(f"vector.broadcast {c} : {CT} to {vc}"))
+
+    def test(jc: str, mask: str) -> str:
+        got = [t.op(f"arith.cmpi eq, {jc}, {c} : {vc}") for c in cols]
+        while len(got) > 1:
+            got = [t.op(f"arith.ori {got[q]}, {got[q + 1]} : {vb}") for q in range(0, len(got) - 1, 2)] + \
+                  got[len(got) - len(got) % 2:]
+        return got[0]
+    return test
+
+
 def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo: str, bhi: str, nm1: str,
-           lanes: int, v: dict, vmax: str) -> str:
+           lanes: int, v: dict, vmax: str, test) -> str:
     """B's row ``blo .. bhi`` ``lanes`` entries at a time: a masked load of the coordinates,
-    a gather of their stamps, one compare; only lanes that hit go one by one (the mask's bits,
-    lowest first: B's order); returns ``vmax`` with the coordinates read (lane by lane)."""
-    vc, vm, vb, CT = v["vc"], v["vm"], v["vb"], v["CT"]
+    ``test`` (which lanes are in M's row: :func:`_in_row`, :func:`_in_marker`); only lanes that
+    hit go one by one (the mask's bits, lowest first: B's order), their slot the marker's
+    stamp; returns ``vmax`` with the coordinates read (lane by lane)."""
+    vc, vb, CT = v["vc"], v["vb"], v["CT"]
     bits_t = "i64" if lanes > 32 else "i32"
     zero_b = t.op(f"arith.constant 0 : {bits_t}")
     one_b = t.op(f"arith.constant 1 : {bits_t}")
@@ -151,10 +200,7 @@ def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo:
     mask = t.op(f"vector.create_mask {left} : {vb}")
     jv = t.op(f"vector.maskedload %B_crd[%q], {mask}, {v['zc']} : memref<?x{CT}>, {vb}, {vc} into {vc}")
     jc = t.op(f"arith.minui {jv}, {v['top']} : {vc}")       # clamped: a bad one is flagged after the row
-    mk = t.op(f"vector.gather %mark[%base][{jc}], {mask}, {v['pass']} : memref<?x{MT}>, {vc}, {vb}, {vm} into {vm}")
-    off = t.op(f"arith.subi {mk}, {v['lo']} : {vm}")
-    mine = t.op(f"arith.cmpi ult, {off}, {v['len']} : {vm}")
-    hits = t.op(f"arith.andi {mine}, {mask} : {vb}")
+    hits = t.op(f"arith.andi {test(jc, mask)}, {mask} : {vb}")
     word = t.op(f"vector.bitcast {hits} : {vb} to vector<1xi{lanes}>")   # the mask register as bits
     bits = t.op(f"vector.extract {word}[0] : i{lanes} from vector<1xi{lanes}>")
     if lanes < int(bits_t[1:]):
@@ -169,7 +215,13 @@ def _b_row(t: Text, plan: Plan, row: dt.DType, fb: Format, MT: str, a: str, blo:
     qq = t.op(f"arith.addi %q, {lane} : index")
     j = t.op(f"arith.minui {t.load_index('%B_crd', qq, fb.crd_width)}, {nm1} : index")     # (clamped as above)
     mk1 = t.op(f"memref.load %mark[{t.op(f'arith.addi %base, {j} : index')}] : memref<?x{MT}>")
+    # the stamp is one of the row's positions (so every write stays in the row's own slots,
+    # whatever a bad coordinate made the test say)
+    off = t.op(f"arith.subi {mk1}, {v['lo']} : {MT}")
+    mine = t.op(f"arith.cmpi ult, {off}, {v['len']} : {MT}")
+    t(f"scf.if {mine} {{")
     _accumulate(t, plan, row, a, qq, t.op(f"arith.index_cast {mk1} : {MT} to index"))
+    t("}")
     um1 = t.op(f"arith.subi %u1, {one_b} : {bits_t}")
     t(f"  scf.yield {t.op(f'arith.andi %u1, {um1} : {bits_t}')} : {bits_t}")
     t("}")
@@ -208,38 +260,51 @@ def _row_function(plan: Plan, fm: Format, fa: Format, fb: Format, row: dt.DType,
     go = t.op(f"arith.andi {has}, {cols} : i1")
 
     def products() -> str:
-        lo_t = t.op(f"arith.index_cast {mlo} : index to {MT}")
-        len_t = t.op(f"arith.index_cast {t.op(f'arith.subi {mhi}, {mlo} : index')} : index to {MT}")
         nm1 = t.op("arith.subi %n, %c1 : index")
         alo = t.load_index("%A_pos", "%i", fa.pos_width)
         ahi = t.load_index("%A_pos", i1, fa.pos_width)
-        v = _vector_constants(t, fb, MT, lo_t, len_t, nm1, lanes)
-        vmx = t.fresh("vmx")     # B's coordinates read, lane by lane: compared once a row
-        t(f"{vmx} = scf.for %pa = {alo} to {ahi} step %c1 iter_args(%vma = {v['zc']}) -> ({v['vc']}) {{")
-        kv = t.load_index("%A_crd", "%pa", fa.crd_width)
-        okk = t.op(f"arith.cmpi ult, {kv}, %kn : index")
+        v = _vector_constants(t, fb, MT, mlo, mhi, nm1, lanes)
 
-        def entry() -> str:
-            a = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
-            if plan.scale is not None:      # the constant factor, once per A entry (as SpGEMM)
-                kind = "complex.constant" if row.kind == "complex" else "arith.constant"
-                a = t.op(arith(row, "*", t.op(f"{kind} {plan.scale} : {T}"), a))
-            # prefetch B's row of A's entry PREFETCH_AHEAD ahead (clamped to A's last entry, B's rows)
-            nx = t.op(f"arith.addi %pa, {t.op(f'arith.constant {PREFETCH_AHEAD} : index')} : index")
-            nx2 = t.op(f"arith.minui {nx}, {t.op('arith.subi %anz, %c1 : index')} : index")
-            kx = t.op(f"arith.minui {t.load_index('%A_crd', nx2, fa.crd_width)}, "
-                      f"{t.op('arith.subi %kn, %c1 : index')} : index")
-            bn = t.load_index("%B_pos", kx, fb.pos_width)
-            t(f"memref.prefetch %B_crd[{bn}], read, locality<3>, data : memref<?x{ity(fb.crd_width)}>")
-            blo = t.load_index("%B_pos", kv, fb.pos_width)
-            bhi = t.load_index("%B_pos", t.op(f"arith.addi {kv}, %c1 : index"), fb.pos_width)
-            return _b_row(t, plan, row, fb, MT, a, blo, bhi, nm1, lanes, v, "%vma")
+        def a_loop(test) -> str:
+            vmx = t.fresh("vmx")     # B's coordinates read, lane by lane: compared once a row
+            t(f"{vmx} = scf.for %pa = {alo} to {ahi} step %c1 iter_args(%vma = {v['zc']}) -> ({v['vc']}) {{")
+            kv = t.load_index("%A_crd", "%pa", fa.crd_width)
+            okk = t.op(f"arith.cmpi ult, {kv}, %kn : index")
 
-        def bad() -> str:
-            t(set_flag("%one32", "%flag"))
-            return "%vma"
-        t(f"scf.yield {if_yield(t, okk, v['vc'], entry, bad)} : {v['vc']}")
-        t("}")
+            def entry() -> str:
+                a = t.op(f"memref.load %A_val[%pa] : memref<?x{T}>")
+                if plan.scale is not None:      # the constant factor, once per A entry (as SpGEMM)
+                    kind = "complex.constant" if row.kind == "complex" else "arith.constant"
+                    a = t.op(arith(row, "*", t.op(f"{kind} {plan.scale} : {T}"), a))
+                # prefetch B's row of A's entry PREFETCH_AHEAD ahead (clamped to A's last entry, B's rows)
+                nx = t.op(f"arith.addi %pa, {t.op(f'arith.constant {PREFETCH_AHEAD} : index')} : index")
+                nx2 = t.op(f"arith.minui {nx}, {t.op('arith.subi %anz, %c1 : index')} : index")
+                kx = t.op(f"arith.minui {t.load_index('%A_crd', nx2, fa.crd_width)}, "
+                          f"{t.op('arith.subi %kn, %c1 : index')} : index")
+                bn = t.load_index("%B_pos", kx, fb.pos_width)
+                t(f"memref.prefetch %B_crd[{bn}], read, locality<3>, data : memref<?x{ity(fb.crd_width)}>")
+                blo = t.load_index("%B_pos", kv, fb.pos_width)
+                bhi = t.load_index("%B_pos", t.op(f"arith.addi {kv}, %c1 : index"), fb.pos_width)
+                return _b_row(t, plan, row, fb, MT, a, blo, bhi, nm1, lanes, v, "%vma", test)
+
+            def bad() -> str:
+                t(set_flag("%one32", "%flag"))
+                return "%vma"
+            t(f"scf.yield {if_yield(t, okk, v['vc'], entry, bad)} : {v['vc']}")
+            t("}")
+            return vmx
+
+        # which lanes of a chunk of B are in M's row: a short row's coordinates compared with
+        # them (COMPARE_TIERS), a longer one's stamps gathered from the marker
+        ln = t.op(f"arith.subi {mhi}, {mlo} : index")
+
+        def tier(q: int) -> str:
+            if q == len(COMPARE_TIERS):
+                return a_loop(_in_marker(t, v, MT))
+            short = t.op(f"arith.cmpi ule, {ln}, {t.op(f'arith.constant {COMPARE_TIERS[q]} : index')} : index")
+            return if_yield(t, short, v["vc"], lambda: a_loop(_in_row(t, v, fm, mlo, mhi, COMPARE_TIERS[q])),
+                            lambda: tier(q + 1))
+        vmx = tier(0)
         CT = v["CT"]
         mxc = t.op(f"vector.reduction <maxui>, {vmx} : {v['vc']} into {CT}")
         mx = t.op(f"arith.index_castui {mxc} : {CT} to index")
