@@ -16,11 +16,13 @@ nothing only clears its flags), in two phases:
    rows, so the marker is never cleared: a stamp of another row lies outside this row's
    positions ``[M_pos[i], M_pos[i+1])``, one unsigned compare).  Then for each ``A[i,k]``,
    B's row ``k`` is read a vector of coordinates at a time (16 int32 with AVX-512: a masked
-   load, a gather of their stamps, one compare; B's row of A's entry ``PREFETCH_AHEAD`` ahead
-   prefetched); where a ``j``'s stamp is one of this row's positions (the mask's bits, lowest
-   first), ``A[i,k] * B[k,j]`` is added to that position's slot of an accumulator indexed by
-   M's positions (each row owns its slots; it starts at ``-0.0``, so the first term is stored
-   exactly) and the slot is flagged.  B's values are read only there (a few percent of its
+   load; B's row of A's entry ``PREFETCH_AHEAD`` ahead prefetched), and which of them are in
+   M's row is found by one vector compare with each of its coordinates where the row is short
+   (``COMPARE_TIERS``: 4, 8), else by a gather of their stamps and one compare; for each that
+   is (the mask's bits, lowest first), ``A[i,k] * B[k,j]`` is added to the slot of its stamp
+   (checked to be one of the row's) in an accumulator indexed by M's positions (each row owns
+   its slots; it starts at ``-0.0``, so the first term is stored exactly) and the slot is
+   flagged.  B's values are read only there (a few percent of its
    entries under a sparse mask).  The row's count of flagged slots goes to the result's
    positions.
 2. A prefix sum of the counts, then a parallel pass copies each block's flagged entries in
