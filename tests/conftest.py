@@ -63,6 +63,39 @@ def assert_matches(got, want):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+def exact_blocks(a):
+    """A CSR/CSC/BSR array over copies of ``a``'s buffers in exact-size heap blocks, or an
+    ndarray copy in one: under memcheck a read or write past a buffer's end shows."""
+    def own(x):
+        y = np.empty(x.size * x.itemsize, np.uint8).view(x.dtype).reshape(x.shape)
+        y[...] = x
+        return y
+    if isinstance(a, np.ndarray):
+        return own(a)
+    return type(a)((own(a.data), own(a.indices), own(a.indptr)), shape=a.shape)
+
+
+def memcheck_finds_nothing(child: str, tmp_path, done: str = "done") -> None:
+    """Run ``child`` (Python source, the repository root its working folder) once natively (its
+    kernels compile outside valgrind), then under memcheck: it prints ``done`` both times, and
+    no invalid or uninitialised access has a frame in a kernel (the kernel cache)."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONMALLOC="malloc")
+    warm = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=root, env=env,
+                          timeout=900)
+    assert warm.stdout.strip() == done, warm.stderr[-2000:]
+    log = tmp_path / "vg.log"
+    r = subprocess.run(["valgrind", "-q", f"--log-file={log}", sys.executable, "-c", child], capture_output=True,
+                       text=True, cwd=root, env=env, timeout=1800)
+    assert r.stdout.strip() == done, (r.returncode, r.stderr[-2000:])
+    blocks = re.split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())       # one error each
+    ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and os.environ["SPARSECC_CACHE_DIR"] in b]
+    assert not ours, ours[0]
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

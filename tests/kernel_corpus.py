@@ -54,6 +54,17 @@ def _cases() -> list[tuple]:
         for dtype in ("float64", "int64", "int32", "complex128"):
             cases.append(("einsum", expr, (_CSR[0],) * 3, (dtype,) * 3, None))
     cases.append(("einsum", "ij,jk,ik->", (_CSR[1], _CSR[2], _CSR[3]), ("float64",) * 3, None))
+    # the masked product M[i,j] * sum[k](A[i,k] * B[k,j]): einsum (the flat form) and notation (M outside
+    # the sum), operand orders, widths, dtypes, a constant factor, A stored CSC and read transposed
+    for expr in ("ij,ik,kj->ij", "kj,ij,ik->ij"):
+        for dtype in ("float64", "float32", "int64", "int32", "complex128"):
+            cases.append(("einsum", expr, (_CSR[0],) * 3, (dtype,) * 3, _CSR[0]))
+    for fm, fa, fb, fo in ((_CSR[1], _CSR[2], _CSR[3], _CSR[1]), (_CSR[3], _CSR[1], _CSR[0], _CSR[2])):
+        cases.append(("einsum", "ij,ik,kj->ij", (fm, fa, fb), ("float64",) * 3, fo))
+    cases.append(("einsum", "ij,ki,kj->ij", (_CSR[0], ("csc", 32, 32), _CSR[0]), ("float64",) * 3, _CSR[0]))
+    for text in ("C[i,j] = M[i,j] * sum[k](A[i,k] * B[k,j])", "C[i,j] = sum[k](2 * B[k,j] * A[i,k]) * M[i,j]"):
+        for dtype in ("float64", "int64", "complex128"):
+            cases.append(("notation", text, (_CSR[0],) * 3, (dtype,) * 3, _CSR[0]))
     # SDDMM: einsum (three factors) and notation (A outside the sum), transposed X / Y, operand orders
     sddmm = ["ij,ik,jk->ij", "ij,ki,jk->ij", "ij,ik,kj->ij", "ij,ki,kj->ij", "ik,ij,jk->ij", "jk,ik,ij->ij"]
     for expr in sddmm:

@@ -18,6 +18,8 @@ import scipy.sparse as sp
 import sparsecc as sc
 from sparsecc.runtime import threads
 
+from conftest import memcheck_finds_nothing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPMM = "ik,kj->ij"
 
@@ -416,18 +418,7 @@ print("done", bad)
 def test_masked_tails_read_nothing_past_the_operands_under_valgrind(tmp_path):
     """Masked tails (SpMM's last columns, SDDMM's last k) at the very end of X's and Y's
     heap blocks: memcheck finds no access by a kernel outside them (about a minute)."""
-    env = dict(os.environ, PYTHONMALLOC="malloc")
-    warm = subprocess.run([sys.executable, "-c", VALGRIND_CHILD], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=900)      # compile outside valgrind
-    assert warm.stdout.strip() == "done 0", warm.stderr[-2000:]
-    log = tmp_path / "vg.log"
-    r = subprocess.run(["valgrind", "-q", f"--log-file={log}", sys.executable, "-c", VALGRIND_CHILD],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
-    assert r.stdout.strip() == "done 0", (r.returncode, r.stderr[-2000:])
-    cache = os.environ["SPARSECC_CACHE_DIR"]
-    blocks = __import__("re").split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())   # one error each
-    ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
-    assert not ours, ours[0]
+    memcheck_finds_nothing(VALGRIND_CHILD, tmp_path, done="done 0")
 
 
 @pytest.mark.skipif(__import__("shutil").which("cc") is None, reason="no C compiler")

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import sparsecc as sc
 from sparsecc.runtime import kernel as kernel_mod
 
-from conftest import seed
+from conftest import memcheck_finds_nothing, seed
 
 
 # --------------------------------------------------------------- result position widths
@@ -583,12 +583,7 @@ opts = sc.Options(cpu="x86-64-v3")      # AVX2: valgrind decodes no AVX-512
 threads.set_min_parallel_work(0)
 rng = np.random.default_rng(0)
 
-def exact(a):                            # exact-size heap blocks: a read past their end shows
-    def own(x):
-        y = np.empty(x.size * x.itemsize, np.uint8).view(x.dtype)
-        y[...] = x
-        return y
-    return sp.csr_array((own(a.data), own(a.indices), own(a.indptr)), shape=a.shape)
+from conftest import exact_blocks as exact     # exact-size heap blocks: a read past their end shows
 
 k = sc.compile("ik,kj->ij", options=opts)
 for t in (1, 2):
@@ -609,23 +604,7 @@ def test_spgemm_reads_nothing_outside_its_buffers_under_valgrind(tmp_path):
     """SpGEMM's bitmap, prefetch (two entries ahead, clamped) and value gathers on operands in
     exact-size heap blocks, 1 and 2 threads: memcheck finds no invalid or uninitialised
     access by a kernel."""
-    import os
-    import re
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONMALLOC="malloc")
-    warm = subprocess.run([sys.executable, "-c", VALGRIND_SPGEMM], capture_output=True, text=True, cwd=root,
-                          env=env, timeout=900)      # compile outside valgrind
-    assert warm.stdout.strip() == "done", warm.stderr[-2000:]
-    log = tmp_path / "vg.log"
-    r = subprocess.run(["valgrind", "-q", f"--log-file={log}", sys.executable, "-c", VALGRIND_SPGEMM],
-                       capture_output=True, text=True, cwd=root, env=env, timeout=1800)
-    assert r.stdout.strip() == "done", (r.returncode, r.stderr[-2000:])
-    cache = os.environ["SPARSECC_CACHE_DIR"]
-    blocks = re.split(r"==\d+== ?\n(?===\d+== \S)", log.read_text())
-    ours = [b for b in blocks if ("Invalid" in b or "uninitialised" in b) and cache in b]
-    assert not ours, ours[0]
+    memcheck_finds_nothing(VALGRIND_SPGEMM, tmp_path)
 
 
 @pytest.mark.usefixtures("restore_threads")

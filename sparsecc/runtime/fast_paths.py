@@ -1,5 +1,6 @@
-"""Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM,
-SpMM, MTTKRP/TTV, unions, dense x dense contractions), whose sparsifier kernels run serially.  ``specialize`` asks
+"""Specializations served by hand-written loop kernels (``dialect/kernels/``: SDDMM, SpGEMM, the
+masked product and sum, SpMM, MTTKRP/TTV, unions, dense x dense contractions), whose sparsifier
+kernels run serially.  ``specialize`` asks
 :func:`compiled` first; None means the ordinary sparsifier path.  The kernels are emitted
 from the compile target's facts (``Target.kernel_facts()``), never from the host's."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..dialect.kernels import sddmm, spgemm, union
+from ..dialect.kernels import masked_spgemm, sddmm, spgemm, union
 from ..dialect.signature import KernelSignature
 from ..errors import SparseccError
 from ..kernel_abi import TargetFacts
@@ -19,7 +20,7 @@ from .loader import load_module
 
 #: the hand-written kernels with per-thread workspaces the size of a dimension: a ``huge``
 #: call (a dimension much larger than the stored entries) keeps the sparsifier's kernel
-SIZED_BY_DIMENSION = ("spgemm", "masked_sum")
+SIZED_BY_DIMENSION = ("spgemm", "masked_sum", "masked_spgemm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Route:
 def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: TargetFacts) -> Route | None:
     """The hand-written kernel for this specialization, or None (the sparsifier's), tried in
     this order: MTTKRP/TTV over a 3-D COO operand, the transposed SpMV, SpMM and dense x dense contractions (dense
-    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/SDDMM with CSR results, then the
+    results, CPU only: a cuda kernel keeps its GPU loop), then SpGEMM/the masked product/SDDMM with CSR results, then the
     union, then any other element-wise body over CSR/CSC operands (``ewise``).  One order for the JIT route (:func:`compiled`) and ahead-of-time libraries
     (:func:`serial_kernel`).  ``facts``: the compile target's (``Target.kernel_facts()``)."""
     from ..dialect.kernels import gemm, masked_sum, mttkrp, spmm
@@ -75,7 +76,8 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
             return Route("gemm", tuple(plan.index_order),
                          lambda parallel: gemm.emit(plan, fmts, None, dtype, parallel, facts), False,
                          fills_output=True)
-    for module in (spgemm, sddmm, union):   # (union: A + B, a*A - b*B with a CSR/CSC result)
+    # (masked_spgemm: M * (A @ B) with all three CSR; union: A + B, a*A - b*B with a CSR/CSC result)
+    for module in (spgemm, masked_spgemm, sddmm, union):
         plan = module.match(stmt, formats, dtypes, out_format)
         if plan is not None:
             return Route(plan.kind, tuple(plan.index_order),
@@ -128,10 +130,9 @@ def reads_transposed(stmt, formats, dtypes, out_format) -> bool:
 
 def sized_by_dimension(stmt, formats, dtypes, out_format) -> bool:
     """Whether the hand-written kernel for this specialization has workspaces the size of a
-    dimension (SpGEMM): a ``huge`` call of it is then a specialization of its own."""
+    dimension (SpGEMM, the masked sum and product): a ``huge`` call of it is then a specialization of its own."""
     from ..dialect.kernels import masked_sum
-    return (spgemm.match(stmt, formats, dtypes, out_format) is not None
-            or masked_sum.match(stmt, formats, dtypes, out_format) is not None)
+    return any(k.match(stmt, formats, dtypes, out_format) is not None for k in (spgemm, masked_sum, masked_spgemm))
 
 
 def serial_kernel(stmt, formats, dtypes, out_format, facts: TargetFacts):

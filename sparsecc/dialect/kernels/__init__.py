@@ -10,6 +10,8 @@ out_format) -> plan | None`` and ``emit(plan, formats, out, dtype, parallel, fac
 
 * ``sddmm``: ``C[i,j] = A[i,j] * sum[k](X[i,k] * Y[j,k])``, A CSR, X/Y dense, a CSR result;
 * ``spgemm``: ``C[i,j] = sum[k](A[i,k] * B[k,j])``, CSR operands and result;
+* ``masked_spgemm``: ``C[i,j] = M[i,j] * sum[k](A[i,k] * B[k,j])``, CSR operands and result;
+* ``masked_sum``: ``s[] = sum[i,j,k](A[i,j] * B[j,k] * C[i,k])`` (triangle counting), CSR operands;
 * ``spmm``: ``C[i,j] = sum[k](A[i,k] * X[k,j])``, A CSR, X dense, a dense result;
 * ``mttkrp``: MTTKRP and TTV over a 3-D COO operand, dense factors and result;
 * ``union``: ``A + B``, ``A - B`` and scaled terms with a CSR/CSC result;

@@ -117,18 +117,20 @@ def team_size(t: Text) -> str:
     return t.op(f"arith.maxsi {a4}, %c1 : index")
 
 
-def marker_workspaces(t: Text, n: str, T: str, parallel: bool, values: str) -> str:
-    """``%mark`` (index, every entry -1) and ``%<values>`` (``T``): ``n`` entries a thread,
-    for a whole team when ``parallel`` (:func:`team_size`), the dense marker and accumulator
-    of Gustavson-style row loops (SpGEMM, the masked sum).  Needs ``%cm1``; returns the
-    number of threads they are sized for."""
+def marker_workspaces(t: Text, n: str, T: str, parallel: bool, values: str | None, mark: str = "index") -> str:
+    """``%mark`` (``mark``: index or an integer type, every entry -1) and ``%<values>`` (``T``;
+    None: none): ``n`` entries a thread, for a whole team when ``parallel`` (:func:`team_size`),
+    the dense marker and accumulator of Gustavson-style row loops (SpGEMM, the masked sum and
+    product).  Needs ``%cm1``; returns the number of threads they are sized for."""
     nt = team_size(t) if parallel else "%c1"
     size = t.op(f"arith.muli {nt}, {n} : index")
     size1 = t.op(f"arith.maxui {size}, %c1 : index")
-    t(f"%mark = memref.alloc({size1}) : memref<?xindex>")
-    t(f"%{values} = memref.alloc({size1}) : memref<?x{T}>")
+    fill = "%cm1" if mark == "index" else t.op(f"arith.constant -1 : {mark}")
+    t(f"%mark = memref.alloc({size1}) : memref<?x{mark}>")
+    if values is not None:
+        t(f"%{values} = memref.alloc({size1}) : memref<?x{T}>")
     t(f"scf.for %x = %c0 to {size} step %c1 {{")
-    t("  memref.store %cm1, %mark[%x] : memref<?xindex>")
+    t(f"  memref.store {fill}, %mark[%x] : memref<?x{mark}>")
     t("}")
     return nt
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ... import dtypes as dt
 from ...expr import Access, Binary, Const, Reduce, Statement, accesses
 from ...formats import Format
@@ -135,3 +137,32 @@ def csr_product(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str,
     if len({a.tensor for a in facs}) != len(facs) or len({i, j, k}) != 3:
         return None
     return Product(i, j, k, tuple(facs), fmts, index_order(stmt), tuple(scale))
+
+
+def scale_literal(consts, dtype: str) -> str | None:
+    """The product of the constants in ``dtype`` as an MLIR constant's value, or None where
+    they would promote the product past ``dtype`` or are not finite."""
+    row = dt.TABLE[dtype]
+    v = row.numpy.type(1)
+    for c in consts:
+        if np.result_type(row.numpy, c.value) != row.numpy:
+            return None
+        with np.errstate(all="ignore"):
+            v = v * row.numpy.type(c.value)
+    if not np.all(np.isfinite(v)):
+        return None
+    if row.kind == "complex":
+        part = row.storage[8:-1]
+        return f"[{float(v.real)!r} : {part}, {float(v.imag)!r} : {part}]"
+    return repr(float(v)) if row.kind == "float" else str(int(v))
+
+
+def stored_order(access, f: Format) -> tuple | None:
+    """The access's indices in the order its CSR or CSC buffers store them (outer first):
+    a CSC operand read ``A[k,i]`` is a CSR one of ``(i, k)`` - its buffers are the same (the
+    planner's ``G^T @ (w * G)`` step reads ``G``'s transposed copy so); None for others."""
+    if is_compressed(f, (0, 1)):
+        return access.indices
+    if is_compressed(f, (1, 0)):
+        return access.indices[::-1]
+    return None

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from ... import dtypes as dt
 from ...expr import Statement
 from ...formats import Format
@@ -36,7 +34,7 @@ from ...kernel_abi import NUM_THREADS_GLOBAL, TargetFacts
 from .emit import (OMP_DECLS, Text, alloc_entries, arith, csr_results, function, huge_page_decls, if_yield, ity,
                    kernel_head, loop, module, operand_params, prefix_sum, return_csr, store_maybe_nontemporal,
                    marker_workspaces)
-from .recognize import RolePlan, csr_product, is_compressed
+from .recognize import RolePlan, csr_product, scale_literal, stored_order
 
 #: a row of at most this many entries is put in order by insertion sort
 INSERTION_MAX = 32
@@ -72,7 +70,7 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
     if p is None or len(p.factors) != 2:
         return None
     i, j, k = p.i, p.j, p.k
-    scale = _scale_literal(p.scale, dtypes[0]) if p.scale else None
+    scale = scale_literal(p.scale, dtypes[0]) if p.scale else None
     if p.scale and scale is None:
         return None
     f0, f1 = p.factors
@@ -80,39 +78,10 @@ def match(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, ...],
         # A's buffers store (i, k) (CSR of A[i,k], or CSC of A[k,i]: the same buffers) or
         # (k, i) (a CSR operand read transposed, A[k,i]: the kernel transposes it first, in
         # O(entries), as SciPy's A.T @ B does); B's store (k, j)
-        ia, ib = _stored(a, p.formats[a.tensor]), _stored(b, p.formats[b.tensor])
+        ia, ib = stored_order(a, p.formats[a.tensor]), stored_order(b, p.formats[b.tensor])
         if ib == (k, j) and ia in ((i, k), (k, i)):
             return Plan("spgemm", (("A", a.tensor), ("B", b.tensor)), p.index_order, i, j, k, a_first=first,
                         a_transposed=ia == (k, i), scale=scale)
-    return None
-
-
-def _scale_literal(consts, dtype: str) -> str | None:
-    """The product of the constants in ``dtype`` as an MLIR constant's value, or None where
-    they would promote the product past ``dtype`` or are not finite."""
-    row = dt.TABLE[dtype]
-    v = row.numpy.type(1)
-    for c in consts:
-        if np.result_type(row.numpy, c.value) != row.numpy:
-            return None
-        with np.errstate(all="ignore"):
-            v = v * row.numpy.type(c.value)
-    if not np.all(np.isfinite(v)):
-        return None
-    if row.kind == "complex":
-        part = row.storage[8:-1]
-        return f"[{float(v.real)!r} : {part}, {float(v.imag)!r} : {part}]"
-    return repr(float(v)) if row.kind == "float" else str(int(v))
-
-
-def _stored(access, f: Format) -> tuple | None:
-    """The access's indices in the order its CSR or CSC buffers store them (outer first):
-    a CSC operand read ``A[k,i]`` is a CSR one of ``(i, k)`` - its buffers are the same (the
-    planner's ``G^T @ (w * G)`` step reads ``G``'s transposed copy so); None for others."""
-    if is_compressed(f, (0, 1)):
-        return access.indices
-    if is_compressed(f, (1, 0)):
-        return access.indices[::-1]
     return None
 
 
