@@ -16,6 +16,7 @@ position (a leaf) or a tuple of subtrees (a step combining them).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Union
@@ -309,7 +310,16 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     """The cheapest tree over ``members`` (dynamic programming over subsets); ``stats_only``:
     only the statistics of its result, as that search gives them (each subset estimated from
     its first split whose parts have a tree, the first whose result can be stored), without
-    rating a split: what the mask rule reads first."""
+    rating a split: what the mask rule reads first.
+
+    Under :data:`BOUND` a subset's splits are rated only when a split of a bigger subset
+    that holds it needs its cost (``_cheapest``): until then its node is *pending* - its
+    statistics, format and a lower bound on its cost (its own step's result bytes, inserts
+    and call, what ``_cheapest`` bounds each of its splits by), no tree.  Which subsets have
+    a node does not depend on rating (a subset whose first storable split exists is rated
+    to a tree: ``Search.combine`` refuses no split of it without a bound), so the choice is
+    the one rating every subset in turn gives; most subsets (a chain's disconnected ones,
+    whose outer products bound far above the best) are never rated."""
     best: dict[int, Node] = {}
     bit = {m: 1 << j for j, m in enumerate(members)}
     for m in members:
@@ -320,6 +330,17 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         return frozenset(m for m in members if mask & bit[m])
 
     stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
+    pending: dict = {}              # id(node) -> (its splits, indices, root?, its step's share) while unrated
+
+    def force(node: Node) -> None:
+        """Rate a pending node's splits: its tree and cost, in place (the same object)."""
+        todo = pending.pop(id(node), None)
+        if todo is None:
+            return
+        found = _cheapest(search, todo[0], todo[1], todo[2], node.stats, stored_bytes, force, todo[3])
+        node.tree, node.cost = found.tree, found.cost
+
+    lazy = BOUND and not stats_only
     for mask in range(1, full + 1):
         if mask & (mask - 1) == 0:
             continue
@@ -347,20 +368,41 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         if stats_only:
             best[mask] = Node(None, st, False, _cost.ZERO)
             continue
+        if lazy:
+            share = _step_share(search, st, root)
+            node = best[mask] = Node(None, st, share[0], _cost.Cost(share[1], share[2]))
+            pending[id(node)] = (splits[first:], indices, root, share)
+            continue
         found = _cheapest(search, splits[first:], indices, root, st, stored_bytes)
         if found is not None:
             best[mask] = found
-    return best[full].stats if stats_only else best[full]
+    if stats_only:
+        return best[full].stats
+    force(best[full])
+    return best[full]
+
+
+def _step_share(search: Search, st: TensorStats, root: bool) -> tuple[bool, float, float]:
+    """A subset's step's share of every split's cost, from its result's statistics ``st``:
+    ``(stored dense?, the result's bytes, inserts and the call as operations)`` -
+    ``cost.step_cost`` with no inputs and no products, the same sums in the same order (so a
+    rated cost is never below it: ``Search.combine`` adds non-negative terms to them)."""
+    dense = search.result_dense if root else search._dense(st)
+    out_bytes = _cost.tensor_bytes(st, dense, search.itemsize) * (1 if dense else 2)
+    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    return dense, out_bytes, ops
 
 
 def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats,
-              stored_bytes: dict):
+              stored_bytes: dict, force=None, share=None):
     """The cheapest of a subset's ``splits`` (its result's statistics ``st``), the first in
     their order among equals: each rated (:meth:`Search.combine`) in the order of a lower
     bound on its cost - its parts' costs and its step's bytes, inserts and call
     (:func:`cost.step_cost` with no products, no walks) - until that bound reaches the best
     so far.  The bound never exceeds the rated cost (the same sums, in the same order, of
-    terms no larger), so the choice is the one rating every split gives."""
+    terms no larger), so the choice is the one rating every split gives.  A pending part
+    (``_exhaustive``) counts with its lower bound until the split is next: then ``force``
+    rates it and the split waits again under its bound with the part's cost."""
     if not BOUND:
         found = None
         for a, b in splits:
@@ -368,12 +410,10 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
             if node is not None and (found is None or node.cost.seconds < found.cost.seconds):
                 found = node
         return found
-    dense = search.result_dense if root else search._dense(st)
-    item = search.itemsize
     # cost.step_cost(kids, st, dense, 0.0, item) and Cost.seconds, spelt out (the same sums in
     # the same order: equal floats), the result's share once for all splits
-    out_bytes = _cost.tensor_bytes(st, dense, item) * (1 if dense else 2)
-    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    _, out_bytes, ops = share if share is not None else _step_share(search, st, root)
+    item = search.itemsize
     bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
 
     def tb(node) -> float:
@@ -381,19 +421,27 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
         if got is None:
             got = stored_bytes[id(node)] = _cost.tensor_bytes(node.stats, node.dense, item)
         return got
-    bounded = []
-    for n, (a, b) in enumerate(splits):
+
+    def bound_of(a, b) -> float:
         moved = (0 + tb(a) + tb(b)) + out_bytes
         ca, cb = a.cost, b.cost
-        bounded.append((((ca.bytes + cb.bytes) + moved) / bw + ((ca.ops + cb.ops) + ops) / rate, n))
-    bounded.sort()
+        return ((ca.bytes + cb.bytes) + moved) / bw + ((ca.ops + cb.ops) + ops) / rate
+
+    bounded = [(bound_of(a, b), n) for n, (a, b) in enumerate(splits)]
+    heapq.heapify(bounded)
     found, at = None, -1
-    for bound, n in bounded:
+    while bounded:
+        bound, n = heapq.heappop(bounded)
         if found is not None and (bound > found.cost.seconds or (bound == found.cost.seconds and n > at)):
             if bound > found.cost.seconds:
                 break
             continue
         a, b = splits[n]
+        if a.tree is None or b.tree is None:
+            force(a)
+            force(b)
+            heapq.heappush(bounded, (bound_of(a, b), n))
+            continue
         # (a split after the best so far in their order must cost less; one before it, no more)
         node = search.combine(a, b, indices, root, st, None if found is None else
                               (found.cost.seconds if n > at else math.nextafter(found.cost.seconds, math.inf)))
