@@ -214,7 +214,11 @@ def _largest(x: TensorStats, k: str) -> float:
 def join_size(x: TensorStats, y: TensorStats) -> float:
     """The estimated products of ``X * Y`` (pairs of stored entries agreeing on the shared
     indices): exact for one shared index whose counts are known, else independent."""
-    shared = _shared(x, y)
+    return _join(x, y, _shared(x, y))
+
+
+def _join(x: TensorStats, y: TensorStats, shared: list[str]) -> float:
+    """:func:`join_size` given the shared indices."""
     if not shared:
         return x.nnz * y.nnz
     if len(shared) == 1:        # (the usual case: what the loop below gives, without it)
@@ -247,9 +251,12 @@ def _group(x: TensorStats, y: TensorStats, out: tuple[str, ...]):
 def uniform_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
     """Entries of ``sum[C](X * Y)`` on ``out`` if coordinates were independent and uniform
     given the per-slice counts of one output index (balls into bins per slice)."""
-    join = join_size(x, y)
     sizes = _sizes(x, y)
-    volume = math.prod(sizes[i] for i in out)
+    return _uniform(x, y, out, sizes, math.prod(sizes[i] for i in out), join_size(x, y))
+
+
+def _uniform(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int, join: float) -> float:
+    """:func:`uniform_estimate` given the sizes, the result's volume and the join's size."""
     if join <= 0 or volume == 0:
         return 0.0
     if set(out) == set(x.indices) | set(y.indices):     # nothing contracted
@@ -272,11 +279,18 @@ def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
     each entry of that side meeting at most the other side's largest degree on a shared
     index; also the whole volume and the products themselves."""
     sizes = _sizes(x, y)
-    volume = math.prod(sizes[i] for i in out)
-    shared = _shared(x, y)
+    return _degree_bound(x, y, out, sizes, math.prod(sizes[i] for i in out), _shared(x, y))
+
+
+def _degree_bound(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int, shared: list[str],
+                  join: float | None = None) -> float:
+    """:func:`degree_bound` given the sizes, the result's volume and the shared indices
+    (``join``: :func:`join_size`, where known: with one shared index, the products' bound)."""
     bound = float(volume)
     if not shared:
         bound = min(bound, x.nnz * y.nnz)
+    elif join is not None and len(shared) == 1:
+        bound = min(bound, join)        # (join_size's one dot product)
     else:
         bound = min(bound, min(_dot_counts(x, y, k) for k in shared))
     if out and shared:
@@ -295,9 +309,12 @@ def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
 
 
 def _keys(coords: dict, names, sizes: dict) -> np.ndarray | None:
-    """One int64 key per entry from the coordinates of ``names`` (None: it would overflow)."""
+    """One int64 key per entry from the coordinates of ``names`` (None: it would overflow).
+    One name: its coordinates themselves (read only: every caller only reads a key)."""
     if math.prod(max(sizes[n], 1) for n in names) >= 1 << 62:
         return None
+    if len(names) == 1:
+        return coords[names[0]]
     key = None
     for n in names:
         c = coords[n]
@@ -330,16 +347,16 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         return None
     cgx, cgy = (cx, cy) if gx is x else (cy, cx)
     shared = _shared(gx, gy)
-    kx, ky = _keys(cgx, shared, sizes), _keys(cgy, shared, sizes)
+    kx = _keys(cgx, shared, sizes)
     rest = [i for i in out if i != g]
-    if kx is None or ky is None or math.prod(sizes[i] for i in out) >= 1 << 62:
-        return None
+    if kx is None or math.prod(sizes[i] for i in out) >= 1 << 62:
+        return None     # (Y's keys, over the same names, would overflow alike)
     ptr = _outer_pointers(gy, shared)
     if ptr is not None:         # Y compressed along the one shared index: its own positions
         order = None
-        lo = ptr[kx]
-        deg = ptr[kx + 1] - lo
+        deg = np.diff(ptr)[kx]
     else:
+        ky = _keys(cgy, shared, sizes)
         order = np.argsort(ky, kind="stable")
         sky = ky[order]
         lo = np.searchsorted(sky, kx, "left")
@@ -349,9 +366,9 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
     total = float(per_group.sum())
     if total == 0:
         return 0.0, np.zeros(sizes[g]), g
-    with_products = np.flatnonzero(per_group)
-    if with_products.size <= SAMPLES:
-        drawn, mult = with_products, np.ones(with_products.size)
+    if np.count_nonzero(per_group) <= SAMPLES:
+        drawn = np.flatnonzero(per_group)
+        mult = np.ones(drawn.size)
         exact = True
     else:
         pick = _draw(per_group / total)
@@ -369,17 +386,22 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
     sel = np.flatnonzero(mark[groups])
     d = deg[sel]
     n = int(d.sum())
-    rep = np.repeat(sel, d)
-    starts = np.repeat(np.cumsum(d) - d, d)
-    at = np.repeat(lo[sel], d) + (np.arange(n) - starts)
+    # the products of the drawn slices: X's entry ``sel`` repeated once per partner, Y's
+    # partners at ``at`` (its first partner's position, then the next ones)
+    first = ptr[kx[sel]] if order is None else lo[sel]
+    at = np.repeat(first - (np.cumsum(d) - d), d) + np.arange(n)
     if order is not None:
         at = order[at]
     # (int32 keys where they fit: the same values, sorted faster)
     kind = np.int64 if math.prod(sizes[i] for i in out) >= 1 << 31 else np.int32
-    key = np.zeros(n, kind)
+    key = None
     for i in [g] + rest:
-        c = cgx[i][rep] if i in gx.indices else cgy[i][at]
-        key = key * sizes[i] + c.astype(kind, copy=False)
+        c = np.repeat(cgx[i][sel], d) if i in gx.indices else cgy[i][at]
+        if key is None:
+            key = c.astype(kind)
+        else:
+            key *= sizes[i]
+            key += c.astype(kind, copy=False)
     distinct = _distinct(key)
     owner = distinct // max(1, math.prod(sizes[i] for i in rest))
     dist_g = np.bincount(owner, minlength=sizes[g])[drawn].astype(np.float64)    # (owners are drawn slices)
@@ -462,12 +484,16 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
         if any(sizes[i] == 0 for i in dense.indices if i not in out):
             nnz = 0.0
     else:
-        got = sampled_estimate(x, y, out)
+        # (the sampled estimate needs both sides' coordinates: real sparse operands)
+        got = sampled_estimate(x, y, out) if x.source is not None and y.source is not None else None
+        shared = _shared(x, y)
+        join = None
         if got is not None:
             nnz, per, g = got
         else:
-            nnz = uniform_estimate(x, y, out)
-        nnz = min(nnz, degree_bound(x, y, out))
+            join = _join(x, y, shared)
+            nnz = _uniform(x, y, out, sizes, volume, join)
+        nnz = min(nnz, _degree_bound(x, y, out, sizes, volume, shared, join))
     nnz = float(min(nnz, volume))
     counts, nonempty = [], []
     for i, n in zip(out, shape):
