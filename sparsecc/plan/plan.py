@@ -437,11 +437,16 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 parents(c)
     parents(tree)
 
+    orders: dict = {}       # id(node) -> ordered(node) (the nodes stay in ``tree``)
+
     def ordered(node) -> TensorStats:
-        st, idx = info[id(node)][1], order[id(node)]
-        return TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
-                           tuple(st.counts[st.indices.index(i)] for i in idx),
-                           tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        got = orders.get(id(node))
+        if got is None:
+            st, idx = info[id(node)][1], order[id(node)]
+            got = orders[id(node)] = TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
+                                                 tuple(st.counts[st.indices.index(i)] for i in idx),
+                                                 tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        return got
 
     def stored_dense(node) -> bool:
         """A node's format as far as known: its step's, else the local rule's."""
@@ -453,16 +458,30 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             return steps_by_name[names[id(node)]].format == "dense"
         return _format(ordered(node), search.dense_allowed, itemsize) == "dense"
 
+    costs: dict = {}        # (id(node), dense, the kids' formats) -> step_of's cost
+
     def step_of(node, dense: bool, given: dict) -> _cost.Cost:
         """The cost of ``node``'s step stored ``dense``; ``given``: kids' formats by id."""
         kids = [node[j] for j in info[("kids", id(node))]]
         pairs = [(search.leaves[c] if isinstance(c, int) else info[id(c)][1],
                   given.get(id(c), stored_dense(c))) for c in kids]
-        joined = _cost.stored(*pairs[0])
-        for other in pairs[1:]:
-            joined = estimate(joined, _cost.stored(*other), tuple(dict.fromkeys(joined.indices + other[0].indices)))
-        st = ordered(node)
-        return _cost.step_cost(pairs, st, dense, joined.nnz / _cost.dense_rate(pairs, st.indices, dense), itemsize)
+        key = (id(node), dense, tuple(d for _, d in pairs))
+        got = costs.get(key)
+        if got is None:
+            st = ordered(node)
+            got = costs[key] = _cost.step_cost(pairs, st, dense, products(pairs) / _cost.dense_rate(
+                pairs, st.indices, dense), itemsize)
+        return got
+
+    joins: dict = {}        # the kids' (id(statistics), stored dense?) -> (their products, the kids)
+
+    def products(pairs) -> float:
+        """:func:`_products` once per kids' statistics and formats."""
+        key = tuple((id(st), d) for st, d in pairs)
+        got = joins.get(key)
+        if got is None:
+            got = joins[key] = (_products(pairs), pairs)
+        return got[0]
 
     def format_of(node) -> str:
         """An intermediate's format: dense where the algebra allows it and its step and the
@@ -496,7 +515,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             if fmt in ("csr", "dcsr") and id(node) in transposed:
                 fmt = "csc"
         inputs, terms, kid_stats = [], [], []
-        reads, converts = _conversions(search, kids, idx, fmt != "dense", [
+        reads, converts = _conversions(search, kids, idx, fmt != "dense", products, [
             (search.leaves[c], search.leaf_dense[c]) if isinstance(c, int)
             else (info[id(c)][1], steps_by_name[names[id(c)]].format == "dense") for c in kids])
         for pos, c in enumerate(kids):
@@ -546,13 +565,13 @@ def _products(kids_stats) -> float:
     return joined.nnz
 
 
-def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tuple[_cost.Cost, dict]:
+def _conversions(search: _path.Search, kids, idx, out_sparse: bool, products, pairs) -> tuple[_cost.Cost, dict]:
     """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
     leaves, and which it converts first into the order it reads them (positions in ``kids``:
-    ``Search.reads``; the cost includes the copies)."""
+    ``Search.reads``; the cost includes the copies).  ``products``: :func:`_products`."""
     if len(kids) != 2:
         return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
-    return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), _products(pairs),
+    return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), products(pairs),
                         out_sparse)
 
 
