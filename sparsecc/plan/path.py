@@ -165,7 +165,12 @@ class Search:
         self._estimates: dict = {}      # (id, id, indices) -> (stats, the operands: their ids stay theirs)
         self._joins: dict = {}          # (id, id) -> (products, the operands)
         self._dense_of: dict = {}       # (id, rule) -> (stored dense?, the statistics)
-        self._live: dict = {}           # (members, outside, output) -> live indices
+        self._live: dict = {}           # (members' bits, output) -> live indices
+        self._carriers: dict = {}       # index -> the bits of the leaves carrying it
+        for k, st in enumerate(leaves):
+            for i in st.indices:
+                self._carriers[i] = self._carriers.get(i, 0) | (1 << k)
+        self._all = (1 << self.n) - 1
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -190,12 +195,29 @@ class Search:
     def live(self, members: frozenset, outside: frozenset | None = None) -> tuple[str, ...]:
         """The indices a subset's result keeps: those of its factors that the output or a
         factor outside it carries, in order of first appearance."""
-        if outside is None:
-            outside = frozenset(range(self.n)) - members
-        key = (members, outside, self.output)
+        if outside is not None and outside != frozenset(range(self.n)) - members:
+            return self._live_of(members, outside)
+        bits = 0
+        for k in members:
+            bits |= 1 << k
+        return self.live_bits(bits)
+
+    def live_bits(self, bits: int) -> tuple[str, ...]:
+        """:meth:`live` of the leaves in ``bits`` (leaf ``k``: bit ``k``), every other leaf
+        outside; once per subset and output."""
+        key = (bits, self.output)
         got = self._live.get(key)
         if got is None:
-            got = self._live[key] = self._live_of(members, outside)
+            out, carriers, rest = self.output, self._carriers, self._all & ~bits
+            seen = {}
+            k = 0
+            while bits >> k:
+                if bits >> k & 1:
+                    for i in self.leaves[k].indices:
+                        if i in out or carriers[i] & rest:
+                            seen[i] = None
+                k += 1
+            got = self._live[key] = tuple(seen)
         return got
 
     def _live_of(self, members: frozenset, outside: frozenset) -> tuple[str, ...]:
@@ -321,13 +343,11 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     the one rating every subset in turn gives; most subsets (a chain's disconnected ones,
     whose outer products bound far above the best) are never rated."""
     best: dict[int, Node] = {}
-    bit = {m: 1 << j for j, m in enumerate(members)}
-    for m in members:
-        best[bit[m]] = search.leaf(m)
+    glob = [0] * (1 << len(members))        # a mask over ``members`` -> its leaves' bits (leaf k: bit k)
+    for j, m in enumerate(members):
+        best[1 << j] = search.leaf(m)
+        glob[1 << j] = 1 << m
     full = (1 << len(members)) - 1
-
-    def names(mask):
-        return frozenset(m for m in members if mask & bit[m])
 
     stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
     pending: dict = {}              # id(node) -> (its splits, indices, root?, its step's share) while unrated
@@ -342,12 +362,13 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
 
     lazy = BOUND and not stats_only
     for mask in range(1, full + 1):
-        if mask & (mask - 1) == 0:
-            continue
-        root = mask == full
-        group = names(mask)
-        indices = search.output if root else search.live(group, outside | (frozenset(members) - group))
         low = mask & -mask
+        if mask == low:
+            continue
+        glob[mask] = glob[mask ^ low] | glob[low]
+        root = mask == full
+        # (every leaf outside the subset - other members and those outside ``members`` - is outside)
+        indices = search.output if root else search.live_bits(glob[mask])
         splits = []                     # (part, rest) with a tree each, each split once
         sub = (mask - 1) & mask
         while sub:

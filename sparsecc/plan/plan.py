@@ -318,6 +318,11 @@ def _mask(search: _path.Search, prod: _path.Product, greedy):
                                    if i in leaf.indices or i in out))
         if found is not None and not leaf.nnz < search.leaves[found[0]].nnz:
             continue
+        # an estimate never exceeds its volume: a mask storing as many entries bounds nothing
+        # (the search would give what the full search estimates again: its subsets' keys agree)
+        sizes = {i: n for k in rest for i, n in zip(search.leaves[k].indices, search.leaves[k].sizes)}
+        if leaf.nnz >= math.prod(sizes[i] for i in keep):
+            continue
         st = _masked_search(search, rest, keep, greedy, True)
         if st is None:              # a greedy search: its tree gives its statistics
             node = _masked_search(search, rest, keep, greedy, False)

@@ -467,12 +467,11 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
     best estimate that applies (module docstring), capped by :func:`degree_bound`."""
     sizes = _sizes(x, y)
     out = tuple(out)
-    shape = tuple(sizes[i] for i in out)
+    shape = tuple([sizes[i] for i in out])
     volume = math.prod(shape)
-    contracted_sizes = [sizes[i] for i in sizes if i not in out]
-    full = x.full and y.full and all(contracted_sizes)
+    full = x.full and y.full and all([sizes[i] for i in sizes if i not in out])
     per, g = None, None
-    if set(out) == set(x.indices) | set(y.indices):     # nothing reduced: every product is an entry
+    if len(set(out)) == len(sizes):     # nothing reduced (out holds only their indices): every product is an entry
         nnz = float(min(join_size(x, y), volume)) if not full else float(volume)
     elif full:
         nnz = float(volume)
@@ -495,16 +494,14 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
             nnz = _uniform(x, y, out, sizes, volume, join)
         nnz = min(nnz, _degree_bound(x, y, out, sizes, volume, shared, join))
     nnz = float(min(nnz, volume))
-    counts, nonempty = [], []
-    for i, n in zip(out, shape):
-        if per is not None and i == g:
-            counts.append(per)
-            nonempty.append(int(np.count_nonzero(per)))
-        else:
-            counts.append(None)
-            nonempty.append(None)
+    if per is None:
+        counts = nonempty = (None,) * len(out)
+    else:
+        filled = int(np.count_nonzero(per))
+        counts = tuple([per if i == g else None for i in out])
+        nonempty = tuple([filled if i == g else None for i in out])
     # ``full`` follows the operands' kinds only (dense ones), never their contents: a plan
     # is reused for every call of the same statistics class, so what it relies on for
     # correctness (a dense intermediate where only stored entries count) must hold for all
-    return TensorStats(out, shape, nnz, full, tuple(counts), tuple(nonempty))
+    return TensorStats(out, shape, nnz, full, counts, nonempty)
 
