@@ -206,7 +206,7 @@ def _largest(x: TensorStats, k: str) -> float:
         key = ("max", k)                # once per statistics (as count_sum)
         got = x._sums.get(key)
         if got is None:
-            got = x._sums[key] = float(np.max(x.count(k), initial=0.0))
+            got = x._sums[key] = float(x.count(k).max(initial=0.0))
         return got
     return max(f, 0.0) if x.size_of(k) else 0.0
 
@@ -283,9 +283,13 @@ def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
 
 
 def _degree_bound(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int, shared: list[str],
-                  join: float | None = None) -> float:
+                  join: float | None = None, cap: float | None = None) -> float:
     """:func:`degree_bound` given the sizes, the result's volume and the shared indices
-    (``join``: :func:`join_size`, where known: with one shared index, the products' bound)."""
+    (``join``: :func:`join_size`, where known: with one shared index, the products' bound).
+    ``cap``: the estimate the bound caps (``estimate``): then the result is only sure to
+    give ``min(cap, degree_bound(...))`` - a slice term over an array of counts is skipped
+    where a lower bound on it, from the counts' sum and largest count, shows it cannot go
+    below the cap or the bound so far (the same minimum, without its array arithmetic)."""
     bound = float(volume)
     if not shared:
         bound = min(bound, x.nnz * y.nnz)
@@ -295,17 +299,37 @@ def _degree_bound(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int,
         bound = min(bound, min(_dot_counts(x, y, k) for k in shared))
     if out and shared:
         for side, other in ((x, y), (y, x)):
-            g = next((i for i in out if i in side.indices), None)
-            if g is None:
+            for g in out:
+                if g in side.indices:
+                    break
+            else:
                 continue
-            degree = min(_largest(other, k) for k in shared)
+            degree = _largest(other, shared[0]) if len(shared) == 1 else min(_largest(other, k) for k in shared)
             vslice = volume / sizes[g] if sizes[g] else 0.0
             flat = _flat(side, g)
             if flat is not None:
                 bound = min(bound, sizes[g] * min(vslice, flat * degree))
             else:
+                if cap is not None and _term_above(side, g, vslice, degree, min(cap, bound)):
+                    continue
                 bound = min(bound, float(np.add.reduce(np.minimum(vslice, side.count(g) * degree))))
     return bound
+
+
+#: the relative margin :func:`_term_above` keeps below its lower bound (a float sum of n terms
+#: errs by under ~log2(n) units in the last place: 1e-9 covers any array by far)
+_MARGIN = 1e-9
+
+
+def _term_above(side: TensorStats, g: str, vslice: float, degree: float, low: float) -> bool:
+    """Whether ``np.add.reduce(np.minimum(vslice, side.count(g) * degree))`` is surely at
+    least ``low``: each slice's term ``min(v, c * d)`` is at least ``(c / M) * min(v, M * d)``
+    for ``0 <= c <= M`` (concave in ``c``, 0 at 0), so the sum is at least
+    ``(S / M) * min(v, M * d)`` - the counts' sum ``S`` and largest ``M``, kept per statistics."""
+    m = _largest(side, g)
+    if not m > 0 or not degree >= 0 or not vslice >= 0:
+        return False
+    return side.count_sum(g) / m * min(vslice, m * degree) * (1 - _MARGIN) > low
 
 
 def _keys(coords: dict, names, sizes: dict) -> np.ndarray | None:
@@ -492,7 +516,7 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
         else:
             join = _join(x, y, shared)
             nnz = _uniform(x, y, out, sizes, volume, join)
-        nnz = min(nnz, _degree_bound(x, y, out, sizes, volume, shared, join))
+        nnz = min(nnz, _degree_bound(x, y, out, sizes, volume, shared, join, nnz))
     nnz = float(min(nnz, volume))
     if per is None:
         counts = nonempty = (None,) * len(out)
