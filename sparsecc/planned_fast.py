@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .expr import accesses
 from .runtime import call as _callmod
 
 MISS = _callmod.MISS
@@ -46,9 +47,11 @@ def _shape_attr() -> bool:
 _SHAPE_ATTR = _shape_attr()
 
 
-def _bounds(bits: int) -> tuple[int, int]:
-    """``lo, hi`` with ``lo <= n < hi`` exactly when ``n.bit_length() == bits`` (n >= 0)."""
-    return (1 << bits) >> 1, 1 << bits
+def _bits_test(value: str, bits: int) -> str:
+    """A test true exactly when ``value.bit_length() == bits`` (``value >= 0``), as two
+    comparisons (specialised for ints; a shift is not)."""
+    lo, hi = (1 << bits) >> 1, 1 << bits
+    return f"{lo} <= {value} < {hi}"
 
 
 def _class_checks(key, names, consts) -> list[str] | None:
@@ -63,9 +66,7 @@ def _class_checks(key, names, consts) -> list[str] | None:
         if t is np.ndarray:
             lines += [f"if type({a}) is not _ndarray or {a}.dtype is not _DT{k}:", "    return _MISS"]
         elif t in _COMPRESSED or t in _COO:
-            lines += [f"if type({a}) is not _T{k}:", "    return _MISS",
-                      f"v{k} = {a}.data",
-                      f"if v{k}.dtype is not _DT{k}:", "    return _MISS"]
+            lines += [f"if type({a}) is not _T{k} or (v{k} := {a}.data).dtype is not _DT{k}:", "    return _MISS"]
         else:
             return None
         shape = "shape" if t is np.ndarray or not _SHAPE_ATTR else "_shape"
@@ -73,16 +74,11 @@ def _class_checks(key, names, consts) -> list[str] | None:
             lines.append(f"{', '.join(dims)}, = {a}.{shape}")
         else:
             lines += [f"if {a}.{shape}:", "    return _MISS"]
-        tests = []
-        for d, bits in zip(dims, dim_bits):
-            lo, hi = _bounds(bits)
-            tests.append(f"{lo} <= {d} < {hi}")
+        tests = [_bits_test(d, bits) for d, bits in zip(dims, dim_bits)]
         if t is not np.ndarray:
             count = f"v{k}.size" if t in _COMPRESSED else f"{a}.nnz"
             prod = " * ".join(dims) if dims else "1"
-            lo, hi = _bounds(entry[3])
-            lines.append(f"n{k} = {count}")
-            tests.append(f"{lo} <= ({prod}) // (n{k} or 1) < {hi}")
+            tests.append(_bits_test(f"({prod}) // ({count} or 1)", entry[3]))
         if tests:
             lines += [f"if not ({' and '.join(tests)}):", "    return _MISS"]
     return lines
@@ -123,9 +119,17 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     if checks is None or len(key) != n or kernel.from_library:
         return None         # (an AOT kernel's library is set when it is loaded, before any call)
     # with the repeated-call paths off (tests spying on the general path), the general call
-    lines = [f"if len(args) != {n} or not _callmod.FAST:", "    return _MISS",
-             f"{', '.join(names)}, = args", "try:"] + [f"    {c}" for c in checks] + [
+    # (another number of operands: the unpacking's ValueError, a miss)
+    lines = ["if not _callmod.FAST:", "    return _MISS",
+             "try:", f"    {', '.join(names)}, = args" if n else "    if args: return _MISS"] + [
+             f"    {c}" for c in checks] + [
              "except (ValueError, AttributeError):", "    return _MISS"]
+    # each index's size: a dimension of an operand carrying it (the class checks unpack them;
+    # the steps check that operands agree before their native code runs)
+    dim = {}
+    for a in accesses(kernel.stmt.expr):
+        for d, i in enumerate(a.indices):
+            dim.setdefault(i, f"d{kernel.stmt.operands.index(a.tensor)}_{d}")
     if plan.single:
         info = kernel.repeated_call()
         consts["_I0"], consts["_general"] = info, _callmod.call
@@ -133,9 +137,13 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
                 "out = f(kernel, args) if f is not None else _MISS",
                 "if out is _MISS:",
                 "    out = _general(kernel, *args)"]
+        out_idx = kernel.stmt.indices
+        if kernel.out_format is None and len(out_idx) < 2 and all(i in dim for i in out_idx):
+            size = " * ".join(dim[i] for i in out_idx) or "1"     # (a dense result: patterns.default_result_format)
+        else:
+            size = _size("out", kernel.out_format is None)
         return _compile(lines + _guarded(body) + [
-            "kernel._last_plan, kernel._planned_last = _PLAN, False",
-            f"kernel._last_sizes = [{_size('out', kernel.out_format is None)}]",
+            f"kernel._last_run = (_PLAN, kernel._last_run[1], False, {size})",
             "return out"], consts)
     env = dict(zip(kernel.stmt.operands, names))
     if cast:
@@ -149,11 +157,15 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
         out = f"t{s}"
         body += _step_call(s, out, [env[i] for i in step.inputs])
         env[step.output] = out
-        sizes.append(_size(out, step.format == "dense"))
+        if step.format == "dense" and all(i in dim for i in step.indices):
+            # a dense step result (its kernel's out_format: PlannedKernel._prepare_run) stores
+            # every element: its size, from the operands' dimensions
+            sizes.append(" * ".join(dim[i] for i in step.indices) or "1")
+        else:
+            sizes.append(_size(out, step.format == "dense"))
     consts["_STEPS"] = tuple(kernels)
     lines += _guarded(body) + [
-              "kernel._last_plan, kernel._last_steps, kernel._planned_last = _PLAN, _STEPS, True",
-              f"kernel._last_sizes = [{', '.join(sizes)}]",
+              f"kernel._last_run = (_PLAN, _STEPS, True, {', '.join(sizes)})",
               f"return {env[plan.steps[-1].output]}"]
     return _compile(lines, consts)
 
@@ -161,7 +173,7 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
 def _guarded(body: list[str]) -> list[str]:
     """``body`` such that a step that fails leaves what the general call leaves: no last plan."""
     return (["try:"] + [f"    {ln}" for ln in body]
-            + ["except BaseException:", "    kernel._last_plan = None", "    kernel._planned_last = False", "    raise"])
+            + ["except BaseException:", "    kernel._last_run = (None, kernel._last_run[1], False)", "    raise"])
 
 
 def _compile(lines, consts):
