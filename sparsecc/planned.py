@@ -283,7 +283,7 @@ class PlannedKernel(Kernel):
     def _handwritten(self, values, rf: str) -> bool:
         """Whether the one nest for these operands runs through a hand-written kernel
         (``runtime/fast_paths.route``: MTTKRP, SDDMM, ...): a fact the plan's cost takes."""
-        from .runtime import fast_paths, targets
+        from .runtime import fast_paths
         from .runtime.operands import default_format
         try:
             fmts = []
@@ -296,8 +296,7 @@ class PlannedKernel(Kernel):
                 fmts.append(f)
             out = None if rf == "dense" else resolve(rf, len(self.stmt.indices), "the result").with_widths(64, 64)
             dtypes = (self.result_dtype([x.dtype for x in values]).name,) * len(values)
-            facts = targets.resolve(self.options).kernel_facts()
-            return fast_paths.route(self.stmt, tuple(fmts), dtypes, out, self.options.device, facts=facts) is not None
+            return fast_paths.serves(self.stmt, tuple(fmts), dtypes, out, self.options.device)
         except Exception:       # noqa: BLE001 - a format or operand the route cannot read: not hand-written
             return False
 
