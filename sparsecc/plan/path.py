@@ -111,7 +111,9 @@ def product_form(stmt: Statement, why: list | None = None) -> Product | None:
             return flatten(x.body, inside | frozenset(x.indices))
         return False
 
-    if not flatten(e, frozenset()):
+    flat = flatten(e, frozenset())
+    flatten = None          # (the recursive closure's cell let go: no cycle for the collector)
+    if not flat:
         return no("not a product of accesses under one monoid (a function, comparison, where, division "
                   "or another monoid in it)")
     if monoid is None:
@@ -348,19 +350,9 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         best[1 << j] = search.leaf(m)
         glob[1 << j] = 1 << m
     full = (1 << len(members)) - 1
-
-    stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
-    pending: dict = {}              # id(node) -> (its splits, indices, root?, its step's share) while unrated
-
-    def force(node: Node) -> None:
-        """Rate a pending node's splits: its tree and cost, in place (the same object)."""
-        todo = pending.pop(id(node), None)
-        if todo is None:
-            return
-        found = _cheapest(search, todo[0], todo[1], todo[2], node.stats, stored_bytes, force, todo[3])
-        node.tree, node.cost = found.tree, found.cost
-
     lazy = BOUND and not stats_only
+    rating = _Rating(search, best) if lazy else None
+    stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
     for mask in range(1, full + 1):
         low = mask & -mask
         if mask == low:
@@ -369,18 +361,10 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         root = mask == full
         # (every leaf outside the subset - other members and those outside ``members`` - is outside)
         indices = search.output if root else search.live_bits(glob[mask])
-        splits = []                     # (part, rest) with a tree each, each split once
-        sub = (mask - 1) & mask
-        while sub:
-            if sub & low:               # the part holding the lowest member first
-                a, b = best.get(sub), best.get(mask ^ sub)
-                if a is not None and b is not None:
-                    splits.append((a, b))
-            sub = (sub - 1) & mask
         # the subset's statistics: its first split's estimate whose result can be stored
         # (its size does not depend on the split); splits before that one store nothing
         st = None
-        for first, (a, b) in enumerate(splits):
+        for first, (a, b) in enumerate(_splits(best, mask)):
             st = search.estimate(a.stats, b.stats, tuple(indices))
             if root or search.storable(st, indices):
                 break
@@ -392,15 +376,52 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         if lazy:
             share = _step_share(search, st, root)
             node = best[mask] = Node(None, st, share[0], _cost.Cost(share[1], share[2]))
-            pending[id(node)] = (splits[first:], indices, root, share)
+            rating.pending[id(node)] = (mask, first, indices, root, share)
             continue
-        found = _cheapest(search, splits[first:], indices, root, st, stored_bytes)
+        found = _cheapest(search, list(_splits(best, mask))[first:], indices, root, st, stored_bytes)
         if found is not None:
             best[mask] = found
     if stats_only:
         return best[full].stats
-    force(best[full])
+    if lazy:
+        rating.force(best[full])
     return best[full]
+
+
+def _splits(best: dict, mask: int):
+    """A subset's splits ``(part, rest)`` whose parts have a node, each split once (the part
+    holding the subset's lowest member first), in the search's order."""
+    low = mask & -mask
+    sub = (mask - 1) & mask
+    while sub:
+        if sub & low:
+            a, b = best.get(sub), best.get(mask ^ sub)
+            if a is not None and b is not None:
+                yield a, b
+        sub = (sub - 1) & mask
+
+
+class _Rating:
+    """A search's pending nodes (``_exhaustive``) and what rates them: ``best`` (mask ->
+    node), ``pending`` (id(node) -> its mask, the index of its first storable split, its
+    indices, root?, its step's share) and the nodes' stored bytes by id.  (An object, not a
+    closure calling itself: that is a reference cycle, which kept every node of a search
+    alive until the garbage collector ran.)"""
+
+    __slots__ = ("search", "best", "pending", "stored_bytes")
+
+    def __init__(self, search: Search, best: dict):
+        self.search, self.best, self.pending, self.stored_bytes = search, best, {}, {}
+
+    def force(self, node: Node) -> None:
+        """Rate a pending node's splits: its tree and cost, in place (the same object)."""
+        todo = self.pending.pop(id(node), None)
+        if todo is None:
+            return
+        mask, first, indices, root, share = todo
+        splits = list(_splits(self.best, mask))[first:]
+        found = _cheapest(self.search, splits, indices, root, node.stats, self.stored_bytes, self, share)
+        node.tree, node.cost = found.tree, found.cost
 
 
 def _step_share(search: Search, st: TensorStats, root: bool) -> tuple[bool, float, float]:
@@ -415,14 +436,14 @@ def _step_share(search: Search, st: TensorStats, root: bool) -> tuple[bool, floa
 
 
 def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats,
-              stored_bytes: dict, force=None, share=None):
+              stored_bytes: dict, rating: "_Rating | None" = None, share=None):
     """The cheapest of a subset's ``splits`` (its result's statistics ``st``), the first in
     their order among equals: each rated (:meth:`Search.combine`) in the order of a lower
     bound on its cost - its parts' costs and its step's bytes, inserts and call
     (:func:`cost.step_cost` with no products, no walks) - until that bound reaches the best
     so far.  The bound never exceeds the rated cost (the same sums, in the same order, of
     terms no larger), so the choice is the one rating every split gives.  A pending part
-    (``_exhaustive``) counts with its lower bound until the split is next: then ``force``
+    (``_exhaustive``) counts with its lower bound until the split is next: then ``rating``
     rates it and the split waits again under its bound with the part's cost."""
     if not BOUND:
         found = None
@@ -459,8 +480,8 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
             continue
         a, b = splits[n]
         if a.tree is None or b.tree is None:
-            force(a)
-            force(b)
+            rating.force(a)
+            rating.force(b)
             heapq.heappush(bounded, (bound_of(a, b), n))
             continue
         # (a split after the best so far in their order must cost less; one before it, no more)
@@ -546,6 +567,7 @@ def path_of(tree: Tree, n: int) -> tuple[tuple[int, ...], ...]:
         out.append(pos)
         return t
     visit(tree)
+    visit = None            # (the recursive closure's cell let go: no cycle for the collector)
     return tuple(out)
 
 

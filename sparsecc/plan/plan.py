@@ -413,6 +413,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             loop = loop_of(node, kids_order)
             order[id(node)] = tuple(sorted(info[id(node)][1].indices, key=loop.index))
     natural(tree)
+    natural = None          # (each recursive closure's cell let go: no cycle for the collector)
     # where the step reading an intermediate loops over it the other way round: CSC
     transposed: set[int] = set()
 
@@ -428,6 +429,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                     transposed.add(id(c))
                 readers(c)
     readers(tree)
+    readers = None
     steps: list[Step] = []
     names: dict[int, str] = {}
     total = _cost.ZERO
@@ -441,6 +443,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 parent[id(c)] = node
                 parents(c)
     parents(tree)
+    parents = None
 
     orders: dict = {}       # id(node) -> ordered(node) (the nodes stay in ``tree``)
 
@@ -560,6 +563,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
         steps_by_name[out_name] = step
     steps_by_name: dict[str, Step] = {}
     emit(tree, True)
+    emit = None
     return Plan(stmt, tuple(steps), _path.path_of(tree, n), reason, total.seconds, single.seconds)
 
 
