@@ -126,7 +126,7 @@ def _coordinates(x) -> tuple[np.ndarray, ...]:
     fmt = x.format
     if fmt in ("csr", "csc") and x.ndim == 2:
         p = np.asarray(x.indptr)
-        outer = np.repeat(np.arange(len(p) - 1, dtype=np.int64), np.diff(p))
+        outer = np.arange(len(p) - 1, dtype=np.int64).repeat(p[1:] - p[:-1])
         inner = np.asarray(x.indices, dtype=np.int64)
         return (outer, inner) if fmt == "csr" else (inner, outer)
     c = x if fmt == "coo" else x.tocoo()
@@ -146,7 +146,7 @@ def of_operand(x, indices: tuple[str, ...] | None = None) -> TensorStats:
     fmt = x.format
     if fmt in ("csr", "csc") and x.ndim == 2:
         p = np.asarray(x.indptr)
-        along = np.diff(p).astype(np.float64)
+        along = (p[1:] - p[:-1]).astype(np.float64)
         across = np.bincount(np.asarray(x.indices), minlength=shape[1 if fmt == "csr" else 0]).astype(np.float64)
         counts = [along, across] if fmt == "csr" else [across, along]
         nnz = int(p[-1]) if p.size else 0
@@ -378,7 +378,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
     ptr = _outer_pointers(gy, shared)
     if ptr is not None:         # Y compressed along the one shared index: its own positions
         order = None
-        deg = np.diff(ptr)[kx]
+        deg = (ptr[1:] - ptr[:-1])[kx]
     else:
         ky = _keys(cgy, shared, sizes)
         order = np.argsort(ky, kind="stable")
@@ -391,7 +391,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
     if total == 0:
         return 0.0, np.zeros(sizes[g]), g
     if np.count_nonzero(per_group) <= SAMPLES:
-        drawn = np.flatnonzero(per_group)
+        drawn = per_group.nonzero()[0]
         mult = np.ones(drawn.size)
         exact = True
     else:
@@ -399,7 +399,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         m = SAMPLES
         while True:     # draws are independent: fewer of them where they would expand too much
             times = np.bincount(pick[:m], minlength=sizes[g])    # (np.unique's values and counts)
-            drawn = np.flatnonzero(times)
+            drawn = times.nonzero()[0]
             if per_group[drawn].sum() <= MAX_EXPANDED or m <= 16:
                 break
             m //= 2
@@ -407,20 +407,20 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         exact = False
     mark = np.zeros(sizes[g], bool)     # (np.isin's answer, by a table: drawn are slices of g)
     mark[drawn] = True
-    sel = np.flatnonzero(mark[groups])
+    sel = mark[groups].nonzero()[0]
     d = deg[sel]
     n = int(d.sum())
     # the products of the drawn slices: X's entry ``sel`` repeated once per partner, Y's
     # partners at ``at`` (its first partner's position, then the next ones)
     first = ptr[kx[sel]] if order is None else lo[sel]
-    at = np.repeat(first - (np.cumsum(d) - d), d) + np.arange(n)
+    at = (first - (d.cumsum() - d)).repeat(d) + np.arange(n)
     if order is not None:
         at = order[at]
     # (int32 keys where they fit: the same values, sorted faster)
     kind = np.int64 if math.prod(sizes[i] for i in out) >= 1 << 31 else np.int32
     key = None
     for i in [g] + rest:
-        c = np.repeat(cgx[i][sel], d) if i in gx.indices else cgy[i][at]
+        c = cgx[i][sel].repeat(d) if i in gx.indices else cgy[i][at]
         if key is None:
             key = c.astype(kind)
         else:
@@ -434,7 +434,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         per[drawn] = dist_g
         return float(dist_g.sum()), per, g
     ratio = dist_g / per_group[drawn]
-    mean = float(np.sum(ratio * mult) / np.sum(mult))
+    mean = float((ratio * mult).sum() / mult.sum())
     per = per_group * mean
     per[drawn] = dist_g
     return total * mean, per, g
@@ -458,7 +458,8 @@ _UNIFORM: dict = {}         # (seed, samples) -> the draw's uniform numbers, mad
 def _distinct(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` (sorted distinct values) by a sort: NumPy 2's ``unique`` hashes, and
     costs about 25 times a sort on the ten thousand keys of a planning's estimate."""
-    s = np.sort(a)
+    s = a.copy()
+    s.sort()
     if s.size < 2:
         return s
     keep = np.empty(s.size, bool)
