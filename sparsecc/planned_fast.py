@@ -54,21 +54,31 @@ def _bits_test(value: str, bits: int) -> str:
     return f"{lo} <= {value} < {hi}"
 
 
-def _class_checks(key, names, consts) -> list[str] | None:
+def _class_checks(key, names, consts, covered=frozenset()) -> tuple[list[str], list[str]] | None:
     """The lines that return ``_MISS`` unless operands ``names`` are of class ``key``
-    (``planned._class_key``), or None where a class is not one this path covers."""
-    lines = []
+    (``planned._class_key``), or None where a class is not one this path covers; and, for
+    the operands in ``covered`` (read as they are by the first step, whose repeated-call
+    path tests each one's type and value dtype against exactly the class's), those two tests
+    apart (``build`` runs them only where that path is not the one it was built with): their
+    lines here read only what the class's bounds need, guarded by the caller's catch-all."""
+    lines, deferred = [], []
     for k, (a, entry) in enumerate(zip(names, key)):
         t, dtype, dim_bits = entry[0], entry[1], entry[2]
         consts[f"_T{k}"], consts[f"_DT{k}"] = t, dtype
         r = len(dim_bits)
         dims = [f"d{k}_{d}" for d in range(r)]
         if t is np.ndarray:
-            lines += [f"if type({a}) is not _ndarray or {a}.dtype is not _DT{k}:", "    return _MISS"]
+            kind = f"type({a}) is not _ndarray or {a}.dtype is not _DT{k}"
         elif t in _COMPRESSED or t in _COO:
-            lines += [f"if type({a}) is not _T{k} or (v{k} := {a}.data).dtype is not _DT{k}:", "    return _MISS"]
+            kind = f"type({a}) is not _T{k} or {a}.data.dtype is not _DT{k}"
+            if k not in covered:
+                kind = f"type({a}) is not _T{k} or (v{k} := {a}.data).dtype is not _DT{k}"
         else:
             return None
+        if k in covered:
+            deferred.append(kind)
+        else:
+            lines += [f"if {kind}:", "    return _MISS"]
         shape = "shape" if t is np.ndarray or not _SHAPE_ATTR else "_shape"
         if r:               # (another rank: the unpacking's ValueError; no buffer: AttributeError; a miss)
             lines.append(f"{', '.join(dims)}, = {a}.{shape}")
@@ -76,12 +86,13 @@ def _class_checks(key, names, consts) -> list[str] | None:
             lines += [f"if {a}.{shape}:", "    return _MISS"]
         tests = [_bits_test(d, bits) for d, bits in zip(dims, dim_bits)]
         if t is not np.ndarray:
-            count = f"v{k}.size" if t in _COMPRESSED else f"{a}.nnz"
+            data = f"{a}.data" if k in covered else f"v{k}"
+            count = f"{data}.size" if t in _COMPRESSED else f"{a}.nnz"
             prod = " * ".join(dims) if dims else "1"
             tests.append(_bits_test(f"({prod}) // ({count} or 1)", entry[3]))
         if tests:
             lines += [f"if not ({' and '.join(tests)}):", "    return _MISS"]
-    return lines
+    return lines, deferred
 
 
 def _size(out: str, dense: bool) -> str:
@@ -97,13 +108,21 @@ def stored(x) -> int:
     return int(x.nnz) if sp.issparse(x) else int(np.size(x))
 
 
-def _step_call(k: int, out: str, args: list[str]) -> list[str]:
-    """Step ``k``'s call: its kernel's repeated-call path, else its kernel's general call."""
-    tup = f"({', '.join(args)}{',' if len(args) == 1 else ''})"
-    return [f"f = _I{k}.fast",
-            f"{out} = f(_K{k}, {tup}) if f is not None else _MISS",
-            f"if {out} is _MISS:",
-            f"    {out} = _K{k}({', '.join(args)})"]
+def _step_call(k: int, out: str, args: list[str], kernel: str | None = None, trusted: bool = False) -> list[str]:
+    """Step ``k``'s call: its kernel's repeated-call path, else its kernel's general call
+    (``kernel``: the name of the kernel it is called on, default ``_K{k}``).  ``trusted``:
+    the first step, whose path ``f`` was read with the class checks: where it is the path
+    the class's checks left to it (``_F0``), a miss may be an operand of another type or
+    dtype - the general call then (MISS)."""
+    call = kernel or f"_K{k}"
+    tup = "args" if kernel else f"({', '.join(args)}{',' if len(args) == 1 else ''})"
+    lines = [] if trusted else [f"f = _I{k}.fast"]
+    lines += [f"{out} = f({call}, {tup}) if f is not None else _MISS",
+              f"if {out} is _MISS:"]
+    if trusted:
+        lines += ["    if f is _F0:", "        return _MISS"]
+    again = "_general(kernel, *args)" if kernel else f"_K{k}({', '.join(args)})"
+    return lines + [f"    {out} = {again}"]
 
 
 def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
@@ -115,15 +134,33 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     names = [f"a{k}" for k in range(n)]
     consts = {"_MISS": MISS, "_ndarray": np.ndarray, "_callmod": _callmod, "_PLAN": plan,
               "_RESULT_TYPES": _RESULT_TYPES, "_stored": stored}
-    checks = _class_checks(key, names, consts)
-    if checks is None or len(key) != n or kernel.from_library:
+    if len(key) != n or kernel.from_library:
         return None         # (an AOT kernel's library is set when it is loaded, before any call)
+    # the first step's kernel and the operands it reads as they are (not converted first)
+    first = kernel.repeated_call() if plan.single else (kernels[0].repeated_call() if kernels else None)
+    if plan.single:
+        covered = set(range(n))
+    else:
+        ops = dict(zip(kernel.stmt.operands, range(n)))
+        covered = {ops[i] for i in plan.steps[0].inputs if i in ops and not (cast and key[ops[i]][1] != out_dtype)}
+    f0 = first.fast if first is not None else None
+    if f0 is None:
+        covered = set()
+    got = _class_checks(key, names, consts, frozenset(covered))
+    if got is None:
+        return None
+    checks, deferred = got
+    if covered:             # the first step's path tests these operands' types and dtypes itself
+        consts["_F0"] = f0
+        checks += [f"f = _I0.fast", "if f is not _F0 and (" + " or ".join(f"({d})" for d in deferred) + "):",
+                   "    return _MISS"]
     # with the repeated-call paths off (tests spying on the general path), the general call
-    # (another number of operands: the unpacking's ValueError, a miss)
+    # (another number of operands: the unpacking's ValueError, a miss; an operand of another
+    # kind whose type the first step's path tests: whatever reading it raised, a miss)
     lines = ["if not _callmod.FAST:", "    return _MISS",
              "try:", f"    {', '.join(names)}, = args" if n else "    if args: return _MISS"] + [
              f"    {c}" for c in checks] + [
-             "except (ValueError, AttributeError):", "    return _MISS"]
+             f"except {'Exception' if covered else '(ValueError, AttributeError)'}:", "    return _MISS"]
     # each index's size: a dimension of an operand carrying it (the class checks unpack them;
     # the steps check that operands agree before their native code runs)
     dim = {}
@@ -131,12 +168,8 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
         for d, i in enumerate(a.indices):
             dim.setdefault(i, f"d{kernel.stmt.operands.index(a.tensor)}_{d}")
     if plan.single:
-        info = kernel.repeated_call()
-        consts["_I0"], consts["_general"] = info, _callmod.call
-        body = ["f = _I0.fast",
-                "out = f(kernel, args) if f is not None else _MISS",
-                "if out is _MISS:",
-                "    out = _general(kernel, *args)"]
+        consts["_I0"], consts["_general"] = first, _callmod.call
+        body = _step_call(0, "out", names, "kernel", bool(covered))
         out_idx = kernel.stmt.indices
         if kernel.out_format is None and len(out_idx) < 2 and all(i in dim for i in out_idx):
             size = " * ".join(dim[i] for i in out_idx) or "1"     # (a dense result: patterns.default_result_format)
@@ -155,7 +188,7 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     for s, (step, k_) in enumerate(zip(plan.steps, kernels)):
         consts[f"_K{s}"], consts[f"_I{s}"] = k_, k_.repeated_call()
         out = f"t{s}"
-        body += _step_call(s, out, [env[i] for i in step.inputs])
+        body += _step_call(s, out, [env[i] for i in step.inputs], trusted=s == 0 and bool(covered))
         env[step.output] = out
         if step.format == "dense" and all(i in dim for i in step.indices):
             # a dense step result (its kernel's out_format: PlannedKernel._prepare_run) stores

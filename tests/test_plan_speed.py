@@ -297,3 +297,52 @@ def test_degree_bound_under_an_estimate_keeps_the_minimum():
             assert min(cap, got) == min(cap, want)
             skipped += got != want
     assert skipped                          # (the skip does happen)
+
+
+def test_first_steps_operands_of_another_kind_take_the_general_call(monkeypatch):
+    """The class's closure leaves the type and dtype tests of the operands its first step
+    reads as they are to that step's repeated-call path (where it is the one the closure was
+    built with): an operand of another type, dtype or index dtype within the class's bounds
+    misses there and takes the general call (never the step's own general call on it), for a
+    one-step plan and for the first step of a path; converted operands keep their tests."""
+    def int64_indices(A):
+        A = sp.csr_array(A, copy=True)
+        A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+        return A
+    general = {"n": 0}
+    call_general = planned.PlannedKernel._call_general
+
+    def counting(self, args, kwargs):
+        general["n"] += 1
+        return call_general(self, args, kwargs)
+    monkeypatch.setattr(planned.PlannedKernel, "_call_general", counting)
+    for k in (sc.compile("ij,jk,k->i", "csr", "csr", "dense"), sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)):
+        A, B, x = _ops(20)
+        k(A, B, x)
+        k(A, B, x)
+        others = [(sp.csr_matrix(A), B, x), (A, sp.csr_matrix(B), x), (A, B, x.astype(np.float32)),
+                  (A, sp.csr_array(B.astype(np.float32)), x), (A, B, x.astype(np.int64))]     # other classes
+        same = [(int64_indices(A), B, x), (A, int64_indices(B), x),                         # the class, other kinds
+                (A, B, np.asfortranarray(np.stack([x, x]))[0])]
+        for args in others + same + [(A, B, x)] + same[::-1] + others[::-1]:
+            want = np.einsum("ij,jk,k->i", *(a.toarray() if sp.issparse(a) else np.asarray(a) for a in args))
+            n = general["n"]
+            got = k(*args)
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+            assert got.dtype == want.dtype
+            if any(args is o for o in others):
+                assert general["n"] == n + 1    # (another class than the last call's: the general call)
+        k(A, B, x)                          # (back to the class: its closure installed again)
+        general["n"] = 0
+        for _ in range(3):
+            np.testing.assert_allclose(k(A, B, x), _oracle(A, B, x))     # the class's closure
+        assert general["n"] == 0
+    mixed = sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)   # x converted first: its dtype tested
+    A, B, x = _ops(21)
+    x32 = x.astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(mixed(A, B, x32), _oracle(A, B, x32), rtol=1e-5)
+    general["n"] = 0
+    got = mixed(A, B, x)                    # float64 x: another class
+    assert general["n"] == 1 and got.dtype == np.float64
+    np.testing.assert_allclose(got, _oracle(A, B, x))
