@@ -138,14 +138,17 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
         return None         # (an AOT kernel's library is set when it is loaded, before any call)
     # the first step's kernel and the operands it reads as they are (not converted first)
     first = kernel.repeated_call() if plan.single else (kernels[0].repeated_call() if kernels else None)
-    if plan.single:
-        covered = set(range(n))
-    else:
-        ops = dict(zip(kernel.stmt.operands, range(n)))
-        covered = {ops[i] for i in plan.steps[0].inputs if i in ops and not (cast and key[ops[i]][1] != out_dtype)}
+    ops = dict(zip(kernel.stmt.operands, range(n)))
+    reads = list(range(n)) if plan.single else [ops.get(i) for i in plan.steps[0].inputs]
     f0 = first.fast if first is not None else None
-    if f0 is None:
-        covered = set()
+    kinds = _kinds_of(first, f0)
+    covered = set()
+    if kinds is not None and len(kinds) == len(reads):
+        covered = {k for k in reads if k is not None and not (cast and key[k][1] != out_dtype)}
+        # (that path was made for this class's types and dtypes: the call that installs this
+        # closure ran it; else - a router served that call - its tests stay here)
+        if any(k in covered and (kind[0] is not key[k][0] or kind[1] != key[k][1]) for k, kind in zip(reads, kinds)):
+            covered = set()
     got = _class_checks(key, names, consts, frozenset(covered))
     if got is None:
         return None
@@ -201,6 +204,17 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
               f"kernel._last_run = (_PLAN, _STEPS, True, {', '.join(sizes)})",
               f"return {env[plan.steps[-1].output]}"]
     return _compile(lines, consts)
+
+
+def _kinds_of(info, fast) -> tuple | None:
+    """The operands' kind keys (``runtime/plans._key_of``: type, value dtype, ...) of the call
+    plan of ``info`` (a kernel's ``repeated_call()``) whose repeated-call path is ``fast``."""
+    if info is None or fast is None:
+        return None
+    for pkey, p in info.plans.items():
+        if p.fast is fast:
+            return pkey[0]
+    return None
 
 
 def _guarded(body: list[str]) -> list[str]:

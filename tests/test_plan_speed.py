@@ -346,3 +346,23 @@ def test_first_steps_operands_of_another_kind_take_the_general_call(monkeypatch)
     got = mixed(A, B, x)                    # float64 x: another class
     assert general["n"] == 1 and got.dtype == np.float64
     np.testing.assert_allclose(got, _oracle(A, B, x))
+
+
+def test_closure_keeps_the_type_tests_when_the_first_steps_path_is_another_kinds():
+    """Where the first step's repeated-call path in place when the closure is built was made
+    for operands of other types or dtypes (a step kernel is shared; a router may have served
+    the call), the closure tests those operands' types and dtypes itself."""
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)
+    A, B, x = _ops(30)
+    k(A, B, x)
+    key = planned._class_key((A, B, x))
+    plan = k._plans[key]
+    ready = k._runs[(id(plan), tuple(v.dtype for v in (A, B, x)))]
+    own = planned._fast.build(k, key, plan, *ready)
+    assert "_F0" in own.source
+    step = ready[0][0]
+    step(sp.csr_matrix(B), x)               # the first step's path: another type's
+    other = planned._fast.build(k, key, plan, *ready)
+    assert "_F0" not in other.source and "type(a1) is not _T1" in other.source
+    np.testing.assert_allclose(other(k, (A, B, x)), _oracle(A, B, x))
+    assert other(k, (A, sp.csr_matrix(B), x)) is planned._MISS
