@@ -78,13 +78,15 @@ def attach(kernel: Kernel, optimize) -> None:
     kernel._optimize = optimize
     kernel._plans = {}
     kernel._runs = {}
-    kernel._last_plan = None
-    kernel._last_sizes = None
-    kernel._last_steps = ()
-    kernel._planned_last = False
+    kernel._last_run = _NO_RUN     # (plan, step kernels, planned in steps?, each step's stored entries...)
     kernel._fast = None         # the repeated call of the class called last (planned_fast.py)
     kernel._fasts = {}          # by statistics class
     kernel.__class__ = PlannedKernel
+    # a fresh dict for the new class: CPython 3.11 specialises attribute access on an instance's
+    # values laid out for its class, and an object whose class changed keeps its old class's
+    # layout - every ``kernel.attr`` of its calls then took the generic lookup (~270 machine
+    # instructions each, ~1 us a repeated planned call in all)
+    kernel.__dict__ = dict(kernel.__dict__)
 
 
 def _may_be_sparse(kernel) -> bool:
@@ -125,6 +127,9 @@ def _class_key(values) -> tuple:
     return tuple(key)
 
 
+#: ``PlannedKernel._last_run`` before any planned call: no plan, no step kernels
+_NO_RUN = (None, (), False)
+
 _COMPRESSED = frozenset({sp.csr_array, sp.csr_matrix, sp.csc_array, sp.csc_matrix})
 _DIRECT = frozenset({np.ndarray, sp.coo_array, sp.coo_matrix}) | _COMPRESSED
 
@@ -137,24 +142,42 @@ class PlannedKernel(Kernel):
     def __call__(self, *args, **kwargs):
         fast = self._fast
         if fast is not None:
-            ops = args
-            if kwargs:                  # index notation by name: every operand, nothing else
-                names = self.stmt.operands
-                ops = None
-                if not args and len(kwargs) == len(names):
-                    try:
-                        ops = tuple([kwargs[n] for n in names])
-                    except KeyError:
-                        pass
-            if ops is not None:
-                out = fast(self, ops)   # planned_fast.py: the class's repeated call, or MISS
+            if not kwargs:
+                out = fast(self, args)  # planned_fast.py: the class's repeated call, or MISS
                 if out is not _MISS:
                     return out
+            elif not args and len(kwargs) == len(self.stmt.operands):
+                # index notation by name: every operand, nothing else
+                try:
+                    ops = tuple([kwargs[n] for n in self.stmt.operands])
+                except KeyError:
+                    ops = None
+                if ops is not None:
+                    out = fast(self, ops)
+                    if out is not _MISS:
+                        return out
         return self._call_general(args, kwargs)
 
+    # what the last call ran, kept as one tuple (``_last_run``: a repeated call stores it at once)
+    @property
+    def _last_plan(self) -> Plan | None:
+        return self._last_run[0]
+
+    @property
+    def _last_steps(self) -> tuple:
+        """The step kernels of the last call planned in steps (kept through later calls)."""
+        return self._last_run[1]
+
+    @property
+    def _planned_last(self) -> bool:
+        return self._last_run[2]
+
+    @property
+    def _last_sizes(self) -> tuple:
+        return self._last_run[3:]
+
     def _call_general(self, args, kwargs):
-        self._planned_last = False
-        self._last_plan = None
+        self._last_run = (None, self._last_run[1], False)
         ops = args
         if kwargs or len(args) != len(self.stmt.operands) or not self.stmt.operands[0].startswith("#"):
             ops = self.bind(*args, **kwargs)
@@ -180,7 +203,7 @@ class PlannedKernel(Kernel):
                 if plan.single:
                     raise
             else:
-                self._last_plan, self._last_sizes = plan, [_stored(out)]
+                self._last_run = (plan, self._last_run[1], False, _stored(out))
                 self._install(key, plan, ())
                 return out
         out = self._run(plan, ops)
@@ -289,7 +312,7 @@ class PlannedKernel(Kernel):
     def _handwritten(self, values, rf: str) -> bool:
         """Whether the one nest for these operands runs through a hand-written kernel
         (``runtime/fast_paths.route``: MTTKRP, SDDMM, ...): a fact the plan's cost takes."""
-        from .runtime import fast_paths, targets
+        from .runtime import fast_paths
         from .runtime.operands import default_format
         try:
             fmts = []
@@ -302,8 +325,7 @@ class PlannedKernel(Kernel):
                 fmts.append(f)
             out = None if rf == "dense" else resolve(rf, len(self.stmt.indices), "the result").with_widths(64, 64)
             dtypes = (self.result_dtype([x.dtype for x in values]).name,) * len(values)
-            facts = targets.resolve(self.options).kernel_facts()
-            return fast_paths.route(self.stmt, tuple(fmts), dtypes, out, self.options.device, facts=facts) is not None
+            return fast_paths.serves(self.stmt, tuple(fmts), dtypes, out, self.options.device)
         except Exception:       # noqa: BLE001 - a format or operand the route cannot read: not hand-written
             return False
 
@@ -326,8 +348,7 @@ class PlannedKernel(Kernel):
 
     def _record(self, plan: Plan, kernels, env) -> None:
         """Keep a planned call's plan, step kernels and each step's stored entries."""
-        self._last_plan, self._last_steps, self._planned_last = plan, kernels, True
-        self._last_sizes = [_stored(env[s.output]) for s in plan.steps]
+        self._last_run = (plan, kernels, True) + tuple([_stored(env[s.output]) for s in plan.steps])
 
     @property
     def last_plan(self) -> Plan | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .expr import accesses
 from .runtime import call as _callmod
 
 MISS = _callmod.MISS
@@ -46,46 +47,52 @@ def _shape_attr() -> bool:
 _SHAPE_ATTR = _shape_attr()
 
 
-def _bounds(bits: int) -> tuple[int, int]:
-    """``lo, hi`` with ``lo <= n < hi`` exactly when ``n.bit_length() == bits`` (n >= 0)."""
-    return (1 << bits) >> 1, 1 << bits
+def _bits_test(value: str, bits: int) -> str:
+    """A test true exactly when ``value.bit_length() == bits`` (``value >= 0``), as two
+    comparisons (specialised for ints; a shift is not)."""
+    lo, hi = (1 << bits) >> 1, 1 << bits
+    return f"{lo} <= {value} < {hi}"
 
 
-def _class_checks(key, names, consts) -> list[str] | None:
+def _class_checks(key, names, consts, covered=frozenset()) -> tuple[list[str], list[str]] | None:
     """The lines that return ``_MISS`` unless operands ``names`` are of class ``key``
-    (``planned._class_key``), or None where a class is not one this path covers."""
-    lines = []
+    (``planned._class_key``), or None where a class is not one this path covers; and, for
+    the operands in ``covered`` (read as they are by the first step, whose repeated-call
+    path tests each one's type and value dtype against exactly the class's), those two tests
+    apart (``build`` runs them only where that path is not the one it was built with): their
+    lines here read only what the class's bounds need, guarded by the caller's catch-all."""
+    lines, deferred = [], []
     for k, (a, entry) in enumerate(zip(names, key)):
         t, dtype, dim_bits = entry[0], entry[1], entry[2]
         consts[f"_T{k}"], consts[f"_DT{k}"] = t, dtype
         r = len(dim_bits)
         dims = [f"d{k}_{d}" for d in range(r)]
         if t is np.ndarray:
-            lines += [f"if type({a}) is not _ndarray or {a}.dtype is not _DT{k}:", "    return _MISS"]
+            kind = f"type({a}) is not _ndarray or {a}.dtype is not _DT{k}"
         elif t in _COMPRESSED or t in _COO:
-            lines += [f"if type({a}) is not _T{k}:", "    return _MISS",
-                      f"v{k} = {a}.data",
-                      f"if v{k}.dtype is not _DT{k}:", "    return _MISS"]
+            kind = f"type({a}) is not _T{k} or {a}.data.dtype is not _DT{k}"
+            if k not in covered:
+                kind = f"type({a}) is not _T{k} or (v{k} := {a}.data).dtype is not _DT{k}"
         else:
             return None
+        if k in covered:
+            deferred.append(kind)
+        else:
+            lines += [f"if {kind}:", "    return _MISS"]
         shape = "shape" if t is np.ndarray or not _SHAPE_ATTR else "_shape"
         if r:               # (another rank: the unpacking's ValueError; no buffer: AttributeError; a miss)
             lines.append(f"{', '.join(dims)}, = {a}.{shape}")
         else:
             lines += [f"if {a}.{shape}:", "    return _MISS"]
-        tests = []
-        for d, bits in zip(dims, dim_bits):
-            lo, hi = _bounds(bits)
-            tests.append(f"{lo} <= {d} < {hi}")
+        tests = [_bits_test(d, bits) for d, bits in zip(dims, dim_bits)]
         if t is not np.ndarray:
-            count = f"v{k}.size" if t in _COMPRESSED else f"{a}.nnz"
+            data = f"{a}.data" if k in covered else f"v{k}"
+            count = f"{data}.size" if t in _COMPRESSED else f"{a}.nnz"
             prod = " * ".join(dims) if dims else "1"
-            lo, hi = _bounds(entry[3])
-            lines.append(f"n{k} = {count}")
-            tests.append(f"{lo} <= ({prod}) // (n{k} or 1) < {hi}")
+            tests.append(_bits_test(f"({prod}) // ({count} or 1)", entry[3]))
         if tests:
             lines += [f"if not ({' and '.join(tests)}):", "    return _MISS"]
-    return lines
+    return lines, deferred
 
 
 def _size(out: str, dense: bool) -> str:
@@ -101,13 +108,21 @@ def stored(x) -> int:
     return int(x.nnz) if sp.issparse(x) else int(np.size(x))
 
 
-def _step_call(k: int, out: str, args: list[str]) -> list[str]:
-    """Step ``k``'s call: its kernel's repeated-call path, else its kernel's general call."""
-    tup = f"({', '.join(args)}{',' if len(args) == 1 else ''})"
-    return [f"f = _I{k}.fast",
-            f"{out} = f(_K{k}, {tup}) if f is not None else _MISS",
-            f"if {out} is _MISS:",
-            f"    {out} = _K{k}({', '.join(args)})"]
+def _step_call(k: int, out: str, args: list[str], kernel: str | None = None, trusted: bool = False) -> list[str]:
+    """Step ``k``'s call: its kernel's repeated-call path, else its kernel's general call
+    (``kernel``: the name of the kernel it is called on, default ``_K{k}``).  ``trusted``:
+    the first step, whose path ``f`` was read with the class checks: where it is the path
+    the class's checks left to it (``_F0``), a miss may be an operand of another type or
+    dtype - the general call then (MISS)."""
+    call = kernel or f"_K{k}"
+    tup = "args" if kernel else f"({', '.join(args)}{',' if len(args) == 1 else ''})"
+    lines = [] if trusted else [f"f = _I{k}.fast"]
+    lines += [f"{out} = f({call}, {tup}) if f is not None else _MISS",
+              f"if {out} is _MISS:"]
+    if trusted:
+        lines += ["    if f is _F0:", "        return _MISS"]
+    again = "_general(kernel, *args)" if kernel else f"_K{k}({', '.join(args)})"
+    return lines + [f"    {out} = {again}"]
 
 
 def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
@@ -119,23 +134,52 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     names = [f"a{k}" for k in range(n)]
     consts = {"_MISS": MISS, "_ndarray": np.ndarray, "_callmod": _callmod, "_PLAN": plan,
               "_RESULT_TYPES": _RESULT_TYPES, "_stored": stored}
-    checks = _class_checks(key, names, consts)
-    if checks is None or len(key) != n or kernel.from_library:
+    if len(key) != n or kernel.from_library:
         return None         # (an AOT kernel's library is set when it is loaded, before any call)
+    # the first step's kernel and the operands it reads as they are (not converted first)
+    first = kernel.repeated_call() if plan.single else (kernels[0].repeated_call() if kernels else None)
+    ops = dict(zip(kernel.stmt.operands, range(n)))
+    reads = list(range(n)) if plan.single else [ops.get(i) for i in plan.steps[0].inputs]
+    f0 = first.fast if first is not None else None
+    kinds = _kinds_of(first, f0)
+    covered = set()
+    if kinds is not None and len(kinds) == len(reads):
+        covered = {k for k in reads if k is not None and not (cast and key[k][1] != out_dtype)}
+        # (that path was made for this class's types and dtypes: the call that installs this
+        # closure ran it; else - a router served that call - its tests stay here)
+        if any(k in covered and (kind[0] is not key[k][0] or kind[1] != key[k][1]) for k, kind in zip(reads, kinds)):
+            covered = set()
+    got = _class_checks(key, names, consts, frozenset(covered))
+    if got is None:
+        return None
+    checks, deferred = got
+    if covered:             # the first step's path tests these operands' types and dtypes itself
+        consts["_F0"] = f0
+        checks += [f"f = _I0.fast", "if f is not _F0 and (" + " or ".join(f"({d})" for d in deferred) + "):",
+                   "    return _MISS"]
     # with the repeated-call paths off (tests spying on the general path), the general call
-    lines = [f"if len(args) != {n} or not _callmod.FAST:", "    return _MISS",
-             f"{', '.join(names)}, = args", "try:"] + [f"    {c}" for c in checks] + [
-             "except (ValueError, AttributeError):", "    return _MISS"]
+    # (another number of operands: the unpacking's ValueError, a miss; an operand of another
+    # kind whose type the first step's path tests: whatever reading it raised, a miss)
+    lines = ["if not _callmod.FAST:", "    return _MISS",
+             "try:", f"    {', '.join(names)}, = args" if n else "    if args: return _MISS"] + [
+             f"    {c}" for c in checks] + [
+             f"except {'Exception' if covered else '(ValueError, AttributeError)'}:", "    return _MISS"]
+    # each index's size: a dimension of an operand carrying it (the class checks unpack them;
+    # the steps check that operands agree before their native code runs)
+    dim = {}
+    for a in accesses(kernel.stmt.expr):
+        for d, i in enumerate(a.indices):
+            dim.setdefault(i, f"d{kernel.stmt.operands.index(a.tensor)}_{d}")
     if plan.single:
-        info = kernel.repeated_call()
-        consts["_I0"], consts["_general"] = info, _callmod.call
-        body = ["f = _I0.fast",
-                "out = f(kernel, args) if f is not None else _MISS",
-                "if out is _MISS:",
-                "    out = _general(kernel, *args)"]
+        consts["_I0"], consts["_general"] = first, _callmod.call
+        body = _step_call(0, "out", names, "kernel", bool(covered))
+        out_idx = kernel.stmt.indices
+        if kernel.out_format is None and len(out_idx) < 2 and all(i in dim for i in out_idx):
+            size = " * ".join(dim[i] for i in out_idx) or "1"     # (a dense result: patterns.default_result_format)
+        else:
+            size = _size("out", kernel.out_format is None)
         return _compile(lines + _guarded(body) + [
-            "kernel._last_plan, kernel._planned_last = _PLAN, False",
-            f"kernel._last_sizes = [{_size('out', kernel.out_format is None)}]",
+            f"kernel._last_run = (_PLAN, kernel._last_run[1], False, {size})",
             "return out"], consts)
     env = dict(zip(kernel.stmt.operands, names))
     if cast:
@@ -147,21 +191,36 @@ def build(kernel, key, plan, kernels=(), out_dtype=None, cast=False):
     for s, (step, k_) in enumerate(zip(plan.steps, kernels)):
         consts[f"_K{s}"], consts[f"_I{s}"] = k_, k_.repeated_call()
         out = f"t{s}"
-        body += _step_call(s, out, [env[i] for i in step.inputs])
+        body += _step_call(s, out, [env[i] for i in step.inputs], trusted=s == 0 and bool(covered))
         env[step.output] = out
-        sizes.append(_size(out, step.format == "dense"))
+        if step.format == "dense" and all(i in dim for i in step.indices):
+            # a dense step result (its kernel's out_format: PlannedKernel._prepare_run) stores
+            # every element: its size, from the operands' dimensions
+            sizes.append(" * ".join(dim[i] for i in step.indices) or "1")
+        else:
+            sizes.append(_size(out, step.format == "dense"))
     consts["_STEPS"] = tuple(kernels)
     lines += _guarded(body) + [
-              "kernel._last_plan, kernel._last_steps, kernel._planned_last = _PLAN, _STEPS, True",
-              f"kernel._last_sizes = [{', '.join(sizes)}]",
+              f"kernel._last_run = (_PLAN, _STEPS, True, {', '.join(sizes)})",
               f"return {env[plan.steps[-1].output]}"]
     return _compile(lines, consts)
+
+
+def _kinds_of(info, fast) -> tuple | None:
+    """The operands' kind keys (``runtime/plans._key_of``: type, value dtype, ...) of the call
+    plan of ``info`` (a kernel's ``repeated_call()``) whose repeated-call path is ``fast``."""
+    if info is None or fast is None:
+        return None
+    for pkey, p in info.plans.items():
+        if p.fast is fast:
+            return pkey[0]
+    return None
 
 
 def _guarded(body: list[str]) -> list[str]:
     """``body`` such that a step that fails leaves what the general call leaves: no last plan."""
     return (["try:"] + [f"    {ln}" for ln in body]
-            + ["except BaseException:", "    kernel._last_plan = None", "    kernel._planned_last = False", "    raise"])
+            + ["except BaseException:", "    kernel._last_run = (None, kernel._last_run[1], False)", "    raise"])
 
 
 def _compile(lines, consts):

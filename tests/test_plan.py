@@ -150,6 +150,25 @@ def test_mttkrp_one_nest_is_known_hand_written(monkeypatch):
     assert not sc.compile("ij,jk,k->i", "csr", "csr", "dense")._handwritten([A, B, x], "dense")
 
 
+def test_hand_written_one_nest_is_known_without_a_target():
+    """The planner asks ``fast_paths.serves`` (no compile target resolved, no llvmlite loaded
+    for a plan): on every specialization of the kernel corpus it answers what ``route`` with
+    the target's facts answers - the matchers read no facts, only the emitted code does."""
+    import kernel_corpus as kc
+    from sparsecc.kernel_abi import TargetFacts
+    from sparsecc.parse import parse_einsum, parse_notation
+    from sparsecc.runtime import fast_paths
+    facts = TargetFacts(**kc.FACTS)
+    found = 0
+    for source, text, fmts, dtypes, out in kc._cases():
+        stmt = parse_einsum(text, len(fmts)) if source == "einsum" else parse_notation(text)
+        formats, out = tuple(kc._format(f) for f in fmts), kc._format(out)
+        routed = fast_paths.route(stmt, formats, tuple(dtypes), out, facts=facts) is not None
+        assert fast_paths.serves(stmt, formats, tuple(dtypes), out) == routed, text
+        found += routed
+    assert found
+
+
 @pytest.mark.parametrize("stmt", [
     "y[i] = sum[j,k](exp(A[i,j] * B[j,k]) * x[k])",            # a function
     "y[i] = max[j,k](A[i,j] * B[j,k] * x[k])",                  # max does not distribute times

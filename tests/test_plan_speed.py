@@ -217,3 +217,154 @@ def test_sampled_draw_is_numpys_choice():
         p = w / w.sum()
         want = np.random.default_rng(stats.SEED).choice(n, size=stats.SAMPLES, p=p)
         np.testing.assert_array_equal(stats._draw(p), want)
+
+
+# ------------------------------------------ what a repeated call records (k.last_plan, k.ir)
+
+def test_repeated_call_records_each_steps_actual_entries(monkeypatch):
+    """The class's closure records the plan and each step's stored entries as the general
+    call does: a dense step's from the operands' dimensions, a sparse one's from its result."""
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)
+    for n in (10, 12, 15):                  # dimensions 8..15 (two density classes), other sizes
+        A, B, x = _ops(n, n=n)
+        k(A, B, x)
+        k(A, B, x)                          # (the class's closure from the second call on)
+        assert k._fast is not None and k.last_plan.actual == (n, n)
+        assert str(k.last_plan).count(f"actual {n:,}") == 2
+    one = sc.compile("ij,jk,k->i", "csr", "csr", "dense")          # a one-step plan, dense result
+    for n in (9, 14):
+        A, B, x = _ops(n, n=n)
+        one(A, B, x)
+        one(A, B, x)
+        assert one.last_plan.single and one.last_plan.actual == (n,)
+    rng = np.random.default_rng(3)
+    s = sc.compile("ij,jk,kl->il", "csr", "csr", "csr", optimize=[(0, 1), (0, 1)])   # sparse steps
+    for _ in range(3):
+        A, B, C = (sp.csr_array(uniform_rows(12, 12, 3, rng)) for _ in range(3))
+        out = s(A, B, C)
+        assert s.last_plan.actual == ((A @ B).nnz, out.nnz)
+    monkeypatch.setattr(planned._fast, "build", lambda *a, **kw: None)   # (what the general call records)
+    g = sc.compile("ij,jk,kl->il", "csr", "csr", "csr", optimize=[(1, 2), (0, 1)])
+    out = g(A, B, C)
+    assert g._fast is None and g.last_plan.actual == ((B @ C).nnz, out.nnz)
+
+
+def test_last_steps_outlive_a_one_step_call():
+    """``k.ir(step=...)`` reads the steps of the last call planned in steps: a later call whose
+    plan is one nest (another class) or that failed records no plan and keeps them."""
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense")
+    big = [sp.csr_array(uniform_rows(400, 400, 4, np.random.default_rng(1))) for _ in range(2)] + [np.ones(400)]
+    for _ in range(2):                      # steps (400 x 400), the second call through the closure
+        k(*big)
+    steps = k._last_steps
+    assert len(steps) == 2 and k.last_plan is not None and not k.last_plan.single
+    A, B, x = _ops(0)
+    for _ in range(2):                      # one nest (10 x 10): its plan, the steps kept
+        k(A, B, x)
+        assert k.last_plan.single and k._last_steps is steps and not k._planned_last
+    assert k.ir("mlir", step=1) == steps[0].ir("mlir")
+    with pytest.raises(sc.SparseccError):
+        k(A, B, x[:9])                      # a step refuses: no plan recorded, the steps kept
+    assert k.last_plan is None and k._last_steps is steps
+
+
+def test_degree_bound_under_an_estimate_keeps_the_minimum():
+    """``stats._degree_bound`` with ``cap`` skips slice terms it shows cannot go below the cap
+    or the bound so far: ``min(cap, result)`` is ``min(cap, degree_bound(...))`` exactly."""
+    import math
+    from sparsecc.plan import stats
+    rng = np.random.default_rng(7)
+    skipped = 0
+    for _ in range(3000):
+        n = {i: int(rng.integers(1, 200)) for i in "abcd"}
+
+        def make(idx):
+            nnz = float(rng.uniform(0, math.prod(n[i] for i in idx)) * rng.choice([1, 0.01, 1e-4]))
+            counts = []
+            for i in idx:
+                c = None
+                if rng.random() < 0.6:
+                    c = rng.random(n[i]) ** rng.uniform(0.1, 5) * (rng.random(n[i]) < rng.uniform(0.05, 1))
+                    c = c / c.sum() * nnz if c.sum() else c
+                counts.append(c)
+            return stats.TensorStats(tuple(idx), tuple(n[i] for i in idx), nnz, False, tuple(counts))
+        x = make("".join(rng.permutation(list("abcd"))[: rng.integers(1, 4)]))
+        y = make("".join(rng.permutation(list("abcd"))[: rng.integers(1, 4)]))
+        out = tuple(i for i in dict.fromkeys(x.indices + y.indices) if rng.random() < 0.5)
+        sizes = stats._sizes(x, y)
+        volume = math.prod(sizes[i] for i in out)
+        want = stats.degree_bound(x, y, out)
+        for cap in (want, want * rng.uniform(0, 2), float(rng.uniform(0, volume + 1))):
+            got = stats._degree_bound(x, y, out, sizes, volume, stats._shared(x, y), None, cap)
+            assert min(cap, got) == min(cap, want)
+            skipped += got != want
+    assert skipped                          # (the skip does happen)
+
+
+def test_first_steps_operands_of_another_kind_take_the_general_call(monkeypatch):
+    """The class's closure leaves the type and dtype tests of the operands its first step
+    reads as they are to that step's repeated-call path (where it is the one the closure was
+    built with): an operand of another type, dtype or index dtype within the class's bounds
+    misses there and takes the general call (never the step's own general call on it), for a
+    one-step plan and for the first step of a path; converted operands keep their tests."""
+    def int64_indices(A):
+        A = sp.csr_array(A, copy=True)
+        A.indices, A.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+        return A
+    general = {"n": 0}
+    call_general = planned.PlannedKernel._call_general
+
+    def counting(self, args, kwargs):
+        general["n"] += 1
+        return call_general(self, args, kwargs)
+    monkeypatch.setattr(planned.PlannedKernel, "_call_general", counting)
+    for k in (sc.compile("ij,jk,k->i", "csr", "csr", "dense"), sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)):
+        A, B, x = _ops(20)
+        k(A, B, x)
+        k(A, B, x)
+        others = [(sp.csr_matrix(A), B, x), (A, sp.csr_matrix(B), x), (A, B, x.astype(np.float32)),
+                  (A, sp.csr_array(B.astype(np.float32)), x), (A, B, x.astype(np.int64))]     # other classes
+        same = [(int64_indices(A), B, x), (A, int64_indices(B), x),                         # the class, other kinds
+                (A, B, np.asfortranarray(np.stack([x, x]))[0])]
+        for args in others + same + [(A, B, x)] + same[::-1] + others[::-1]:
+            want = np.einsum("ij,jk,k->i", *(a.toarray() if sp.issparse(a) else np.asarray(a) for a in args))
+            n = general["n"]
+            got = k(*args)
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+            assert got.dtype == want.dtype
+            if any(args is o for o in others):
+                assert general["n"] == n + 1    # (another class than the last call's: the general call)
+        k(A, B, x)                          # (back to the class: its closure installed again)
+        general["n"] = 0
+        for _ in range(3):
+            np.testing.assert_allclose(k(A, B, x), _oracle(A, B, x))     # the class's closure
+        assert general["n"] == 0
+    mixed = sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)   # x converted first: its dtype tested
+    A, B, x = _ops(21)
+    x32 = x.astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(mixed(A, B, x32), _oracle(A, B, x32), rtol=1e-5)
+    general["n"] = 0
+    got = mixed(A, B, x)                    # float64 x: another class
+    assert general["n"] == 1 and got.dtype == np.float64
+    np.testing.assert_allclose(got, _oracle(A, B, x))
+
+
+def test_closure_keeps_the_type_tests_when_the_first_steps_path_is_another_kinds():
+    """Where the first step's repeated-call path in place when the closure is built was made
+    for operands of other types or dtypes (a step kernel is shared; a router may have served
+    the call), the closure tests those operands' types and dtypes itself."""
+    k = sc.compile("ij,jk,k->i", "csr", "csr", "dense", optimize=PATH)
+    A, B, x = _ops(30)
+    k(A, B, x)
+    key = planned._class_key((A, B, x))
+    plan = k._plans[key]
+    ready = k._runs[(id(plan), tuple(v.dtype for v in (A, B, x)))]
+    own = planned._fast.build(k, key, plan, *ready)
+    assert "_F0" in own.source
+    step = ready[0][0]
+    step(sp.csr_matrix(B), x)               # the first step's path: another type's
+    other = planned._fast.build(k, key, plan, *ready)
+    assert "_F0" not in other.source and "type(a1) is not _T1" in other.source
+    np.testing.assert_allclose(other(k, (A, B, x)), _oracle(A, B, x))
+    assert other(k, (A, sp.csr_matrix(B), x)) is planned._MISS

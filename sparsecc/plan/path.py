@@ -1,12 +1,6 @@
-"""Contraction order: which factors to combine first, where the algebra allows it.
-
-:func:`product_form` reads a statement as ``monoid[C](f1 (x) f2 (x) ... (x) fn)`` - a
-reduction by one monoid of a product of accesses under one multiply ``(x)`` - or says it
-is not one (``None``).  Only then may the factors be combined in another order, and only
-when the multiply distributes over the monoid (:data:`DISTRIBUTIVE`: plus-times, min-plus,
-max-plus, min-max, max-min, or-and, and-or, xor-and).  A nonlinear function, a comparison,
-``where``, a division, ``stored``/``dense``, an index value, or a second monoid anywhere in
-the statement make it no product: its plan is the one loop nest.
+"""Contraction order: which factors to combine first, where the algebra allows it
+(``plan/product.py``'s :func:`product_form` says whether the statement may be reordered at
+all; its names are this module's too).
 
 The search (:func:`best_tree`) is exhaustive over subsets (dynamic programming, every
 binary tree over up to :data:`EXHAUSTIVE_UP_TO` factors) or greedy beyond (the cheapest
@@ -16,22 +10,17 @@ position (a leaf) or a tuple of subtrees (a step combining them).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Union
 
 from ..errors import SparseccError
-from ..expr import Access, Binary, Const, Expr, Reduce, Statement, Stored
 from . import cost as _cost
 from . import order as _order
+from .product import DISTRIBUTIVE, MULTIPLY_NAMES, Product, product_form  # noqa: F401 (this module's names too)
 from .stats import TensorStats, estimate, join_size
 
-#: (monoid, multiply) pairs whose multiply distributes over the monoid (and is associative
-#: and commutative): the only statements whose factors may be reordered
-DISTRIBUTIVE = frozenset({("sum", "*"), ("plus", "*"), ("min", "+"), ("max", "+"), ("min", "max"),
-                          ("max", "min"), ("lor", "and"), ("land", "or"), ("lxor", "and")})
-#: the semiring multiply name of each IR op (``sparsecc.semiring.MULTIPLIES`` inverted)
-MULTIPLY_NAMES = {"*": "times", "+": "plus", "min": "min", "max": "max", "and": "land", "or": "lor"}
 #: factors up to which the search is exhaustive
 EXHAUSTIVE_UP_TO = 8
 #: estimates and join sizes kept per search, by their operands' statistics (objects) and
@@ -44,94 +33,6 @@ MEMO = True
 BOUND = True
 
 Tree = Union[int, tuple]
-
-
-@dataclass(frozen=True)
-class Product:
-    """A statement read as a product (see the module docstring).  ``factors``: the accesses
-    with at least one index, in the statement's order; ``scalars``: 0-d accesses and
-    constants (combined in the last step); ``contracted``: the reduced indices."""
-
-    monoid: str
-    mul: str
-    identity: object
-    factors: tuple[Access, ...]
-    scalars: tuple[Expr, ...]
-    contracted: tuple[str, ...]
-    output: str
-    indices: tuple[str, ...]
-
-    @property
-    def stored_only(self) -> bool:
-        """Whether the monoid reduces stored entries only (GraphBLAS's rule), not NumPy's sum."""
-        return self.monoid != "sum"
-
-
-def product_form(stmt: Statement, why: list | None = None) -> Product | None:
-    """``stmt`` as a :class:`Product` of at least three factors, or None (``why`` gets the
-    reason appended)."""
-    def no(reason):
-        if why is not None:
-            why.append(reason)
-        return None
-
-    e = stmt.expr
-    monoid, identity, contracted = None, None, []
-    mul = None
-    e_top_indices = e.indices if isinstance(e, Reduce) else ()
-    if isinstance(e, Reduce):
-        monoid, identity, contracted = e.op, e.identity, list(e.indices)
-        e = e.body
-        if isinstance(e, Stored) and not contracted:
-            e = e.body
-    if isinstance(e, Binary):
-        mul = e.op
-    else:
-        return no("fewer than three factors")
-    factors, scalars, nested = [], [], []
-
-    def flatten(x, inside) -> bool:
-        nonlocal monoid
-        if isinstance(x, Binary) and x.op == mul:
-            return flatten(x.left, inside) and flatten(x.right, inside)
-        if isinstance(x, Access):
-            if len(set(x.indices)) != len(x.indices):
-                return False            # a diagonal: read into a temporary by the nest itself
-            (factors if x.indices else scalars).append(x)
-            if x.indices:
-                nested.append(inside)
-            return True
-        if isinstance(x, Const):
-            scalars.append(x)
-            return True
-        if isinstance(x, Reduce) and x.op == "sum" and mul == "*" and monoid in (None, "sum") and x.identity is None:
-            monoid = "sum"
-            contracted.extend(x.indices)
-            return flatten(x.body, inside | frozenset(x.indices))
-        return False
-
-    if not flatten(e, frozenset()):
-        return no("not a product of accesses under one monoid (a function, comparison, where, division "
-                  "or another monoid in it)")
-    if monoid is None:
-        return no("no reduction: an element-wise product stays one nest")
-    if (monoid, mul) not in DISTRIBUTIVE:
-        return no(f"'{mul}' does not distribute over the monoid '{monoid}'")
-    if any(isinstance(s, Const) for s in scalars) and (monoid, mul) != ("sum", "*"):
-        return no("a constant in a semiring product")
-    if len(set(contracted)) != len(contracted) or set(contracted) & set(stmt.indices):
-        return no("an index reduced twice")
-    # a nested sum's indices are used only inside it (else it cannot be pulled out)
-    top = set(e_top_indices)
-    for f, inside in zip(factors, nested):
-        if any(i in contracted and i not in top and i not in inside for i in f.indices):
-            return no("a nested sum's index used outside it")
-    if len(set(stmt.indices)) != len(stmt.indices) or not set(stmt.indices) <= {i for f in factors for i in f.indices}:
-        return no("an output index no factor carries")
-    if len(factors) < 3:
-        return no("fewer than three factors")
-    return Product(monoid, mul, identity, tuple(factors), tuple(scalars), tuple(contracted), stmt.output,
-                   tuple(stmt.indices))
 
 
 # ---------------------------------------------------------------------------- search
@@ -164,7 +65,12 @@ class Search:
         self._estimates: dict = {}      # (id, id, indices) -> (stats, the operands: their ids stay theirs)
         self._joins: dict = {}          # (id, id) -> (products, the operands)
         self._dense_of: dict = {}       # (id, rule) -> (stored dense?, the statistics)
-        self._live: dict = {}           # (members, outside, output) -> live indices
+        self._live: dict = {}           # (members' bits, output) -> live indices
+        self._carriers: dict = {}       # index -> the bits of the leaves carrying it
+        for k, st in enumerate(leaves):
+            for i in st.indices:
+                self._carriers[i] = self._carriers.get(i, 0) | (1 << k)
+        self._all = (1 << self.n) - 1
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -189,12 +95,29 @@ class Search:
     def live(self, members: frozenset, outside: frozenset | None = None) -> tuple[str, ...]:
         """The indices a subset's result keeps: those of its factors that the output or a
         factor outside it carries, in order of first appearance."""
-        if outside is None:
-            outside = frozenset(range(self.n)) - members
-        key = (members, outside, self.output)
+        if outside is not None and outside != frozenset(range(self.n)) - members:
+            return self._live_of(members, outside)
+        bits = 0
+        for k in members:
+            bits |= 1 << k
+        return self.live_bits(bits)
+
+    def live_bits(self, bits: int) -> tuple[str, ...]:
+        """:meth:`live` of the leaves in ``bits`` (leaf ``k``: bit ``k``), every other leaf
+        outside; once per subset and output."""
+        key = (bits, self.output)
         got = self._live.get(key)
         if got is None:
-            got = self._live[key] = self._live_of(members, outside)
+            out, carriers, rest = self.output, self._carriers, self._all & ~bits
+            seen = {}
+            k = 0
+            while bits >> k:
+                if bits >> k & 1:
+                    for i in self.leaves[k].indices:
+                        if i in out or carriers[i] & rest:
+                            seen[i] = None
+                k += 1
+            got = self._live[key] = tuple(seen)
         return got
 
     def _live_of(self, members: frozenset, outside: frozenset) -> tuple[str, ...]:
@@ -309,36 +232,37 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     """The cheapest tree over ``members`` (dynamic programming over subsets); ``stats_only``:
     only the statistics of its result, as that search gives them (each subset estimated from
     its first split whose parts have a tree, the first whose result can be stored), without
-    rating a split: what the mask rule reads first."""
+    rating a split: what the mask rule reads first.
+
+    Under :data:`BOUND` a subset's splits are rated only when a split of a bigger subset
+    that holds it needs its cost (``_cheapest``): until then its node is *pending* - its
+    statistics, format and a lower bound on its cost (its own step's result bytes, inserts
+    and call, what ``_cheapest`` bounds each of its splits by), no tree.  Which subsets have
+    a node does not depend on rating (a subset whose first storable split exists is rated
+    to a tree: ``Search.combine`` refuses no split of it without a bound), so the choice is
+    the one rating every subset in turn gives; most subsets (a chain's disconnected ones,
+    whose outer products bound far above the best) are never rated."""
     best: dict[int, Node] = {}
-    bit = {m: 1 << j for j, m in enumerate(members)}
-    for m in members:
-        best[bit[m]] = search.leaf(m)
+    glob = [0] * (1 << len(members))        # a mask over ``members`` -> its leaves' bits (leaf k: bit k)
+    for j, m in enumerate(members):
+        best[1 << j] = search.leaf(m)
+        glob[1 << j] = 1 << m
     full = (1 << len(members)) - 1
-
-    def names(mask):
-        return frozenset(m for m in members if mask & bit[m])
-
+    lazy = BOUND and not stats_only
+    rating = _Rating(search, best) if lazy else None
     stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
     for mask in range(1, full + 1):
-        if mask & (mask - 1) == 0:
-            continue
-        root = mask == full
-        group = names(mask)
-        indices = search.output if root else search.live(group, outside | (frozenset(members) - group))
         low = mask & -mask
-        splits = []                     # (part, rest) with a tree each, each split once
-        sub = (mask - 1) & mask
-        while sub:
-            if sub & low:               # the part holding the lowest member first
-                a, b = best.get(sub), best.get(mask ^ sub)
-                if a is not None and b is not None:
-                    splits.append((a, b))
-            sub = (sub - 1) & mask
+        if mask == low:
+            continue
+        glob[mask] = glob[mask ^ low] | glob[low]
+        root = mask == full
+        # (every leaf outside the subset - other members and those outside ``members`` - is outside)
+        indices = search.output if root else search.live_bits(glob[mask])
         # the subset's statistics: its first split's estimate whose result can be stored
         # (its size does not depend on the split); splits before that one store nothing
         st = None
-        for first, (a, b) in enumerate(splits):
+        for first, (a, b) in enumerate(_splits(best, mask)):
             st = search.estimate(a.stats, b.stats, tuple(indices))
             if root or search.storable(st, indices):
                 break
@@ -347,20 +271,78 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         if stats_only:
             best[mask] = Node(None, st, False, _cost.ZERO)
             continue
-        found = _cheapest(search, splits[first:], indices, root, st, stored_bytes)
+        if lazy:
+            share = _step_share(search, st, root)
+            node = best[mask] = Node(None, st, share[0], _cost.Cost(share[1], share[2]))
+            rating.pending[id(node)] = (mask, first, indices, root, share)
+            continue
+        found = _cheapest(search, list(_splits(best, mask))[first:], indices, root, st, stored_bytes)
         if found is not None:
             best[mask] = found
-    return best[full].stats if stats_only else best[full]
+    if stats_only:
+        return best[full].stats
+    if lazy:
+        rating.force(best[full])
+    return best[full]
+
+
+def _splits(best: dict, mask: int):
+    """A subset's splits ``(part, rest)`` whose parts have a node, each split once (the part
+    holding the subset's lowest member first), in the search's order."""
+    low = mask & -mask
+    sub = (mask - 1) & mask
+    while sub:
+        if sub & low:
+            a, b = best.get(sub), best.get(mask ^ sub)
+            if a is not None and b is not None:
+                yield a, b
+        sub = (sub - 1) & mask
+
+
+class _Rating:
+    """A search's pending nodes (``_exhaustive``) and what rates them: ``best`` (mask ->
+    node), ``pending`` (id(node) -> its mask, the index of its first storable split, its
+    indices, root?, its step's share) and the nodes' stored bytes by id.  (An object, not a
+    closure calling itself: that is a reference cycle, which kept every node of a search
+    alive until the garbage collector ran.)"""
+
+    __slots__ = ("search", "best", "pending", "stored_bytes")
+
+    def __init__(self, search: Search, best: dict):
+        self.search, self.best, self.pending, self.stored_bytes = search, best, {}, {}
+
+    def force(self, node: Node) -> None:
+        """Rate a pending node's splits: its tree and cost, in place (the same object)."""
+        todo = self.pending.pop(id(node), None)
+        if todo is None:
+            return
+        mask, first, indices, root, share = todo
+        splits = list(_splits(self.best, mask))[first:]
+        found = _cheapest(self.search, splits, indices, root, node.stats, self.stored_bytes, self, share)
+        node.tree, node.cost = found.tree, found.cost
+
+
+def _step_share(search: Search, st: TensorStats, root: bool) -> tuple[bool, float, float]:
+    """A subset's step's share of every split's cost, from its result's statistics ``st``:
+    ``(stored dense?, the result's bytes, inserts and the call as operations)`` -
+    ``cost.step_cost`` with no inputs and no products, the same sums in the same order (so a
+    rated cost is never below it: ``Search.combine`` adds non-negative terms to them)."""
+    dense = search.result_dense if root else search._dense(st)
+    out_bytes = _cost.tensor_bytes(st, dense, search.itemsize) * (1 if dense else 2)
+    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    return dense, out_bytes, ops
 
 
 def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool, st: TensorStats,
-              stored_bytes: dict):
+              stored_bytes: dict, rating: "_Rating | None" = None, share=None):
     """The cheapest of a subset's ``splits`` (its result's statistics ``st``), the first in
     their order among equals: each rated (:meth:`Search.combine`) in the order of a lower
     bound on its cost - its parts' costs and its step's bytes, inserts and call
     (:func:`cost.step_cost` with no products, no walks) - until that bound reaches the best
     so far.  The bound never exceeds the rated cost (the same sums, in the same order, of
-    terms no larger), so the choice is the one rating every split gives."""
+    terms no larger), so the choice is the one rating every split gives.  A pending part
+    (``_exhaustive``) counts with its lower bound until the split is next: then ``rating``
+    rates it and the split waits again under its bound with the part's cost."""
     if not BOUND:
         found = None
         for a, b in splits:
@@ -368,12 +350,10 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
             if node is not None and (found is None or node.cost.seconds < found.cost.seconds):
                 found = node
         return found
-    dense = search.result_dense if root else search._dense(st)
-    item = search.itemsize
     # cost.step_cost(kids, st, dense, 0.0, item) and Cost.seconds, spelt out (the same sums in
     # the same order: equal floats), the result's share once for all splits
-    out_bytes = _cost.tensor_bytes(st, dense, item) * (1 if dense else 2)
-    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    _, out_bytes, ops = share if share is not None else _step_share(search, st, root)
+    item = search.itemsize
     bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
 
     def tb(node) -> float:
@@ -381,19 +361,27 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
         if got is None:
             got = stored_bytes[id(node)] = _cost.tensor_bytes(node.stats, node.dense, item)
         return got
-    bounded = []
-    for n, (a, b) in enumerate(splits):
+
+    def bound_of(a, b) -> float:
         moved = (0 + tb(a) + tb(b)) + out_bytes
         ca, cb = a.cost, b.cost
-        bounded.append((((ca.bytes + cb.bytes) + moved) / bw + ((ca.ops + cb.ops) + ops) / rate, n))
-    bounded.sort()
+        return ((ca.bytes + cb.bytes) + moved) / bw + ((ca.ops + cb.ops) + ops) / rate
+
+    bounded = [(bound_of(a, b), n) for n, (a, b) in enumerate(splits)]
+    heapq.heapify(bounded)
     found, at = None, -1
-    for bound, n in bounded:
+    while bounded:
+        bound, n = heapq.heappop(bounded)
         if found is not None and (bound > found.cost.seconds or (bound == found.cost.seconds and n > at)):
             if bound > found.cost.seconds:
                 break
             continue
         a, b = splits[n]
+        if a.tree is None or b.tree is None:
+            rating.force(a)
+            rating.force(b)
+            heapq.heappush(bounded, (bound_of(a, b), n))
+            continue
         # (a split after the best so far in their order must cost less; one before it, no more)
         node = search.combine(a, b, indices, root, st, None if found is None else
                               (found.cost.seconds if n > at else math.nextafter(found.cost.seconds, math.inf)))
@@ -477,6 +465,7 @@ def path_of(tree: Tree, n: int) -> tuple[tuple[int, ...], ...]:
         out.append(pos)
         return t
     visit(tree)
+    visit = None            # (the recursive closure's cell let go: no cycle for the collector)
     return tuple(out)
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from ..errors import SparseccError
 from ..expr import Access, Reduce, Statement, accesses
 from . import cost as _cost
+from . import mask as _masks
 from . import nested as _nested
 from . import order as _order
 from . import path as _path
@@ -205,7 +206,7 @@ def _make_plan(stmt: Statement, stats, dense, result_format: str, itemsize: int,
         return _build(stmt, prod, search, tree, result_format, itemsize, "the path given", single)
     greedy = None if optimize in (True,) else optimize == "greedy"
     # 1. the mask rule
-    mask = _mask(search, prod, greedy)
+    mask = _masks.candidate(search, prod, greedy)
     if mask is not None:
         z, rest, node = mask
         reason = (f"masked by {_name(prod.factors[z].tensor)}: it stores {leaves[z].nnz:,.0f} entries, "
@@ -285,48 +286,6 @@ def _n_accesses(stmt: Statement) -> int:
     return len([a for a in accesses(stmt.expr) if a.indices])
 
 
-def _mask(search: _path.Search, prod: _path.Product, greedy):
-    """The mask rule (module docstring): ``(mask factor, the other factors, their best
-    tree)`` where it applies, else None.  The sparsest such mask is taken.  Each candidate's
-    product is first estimated alone (the statistics its search would give, no split rated:
-    ``best_tree(stats_only=True)``); only the mask taken is searched in full."""
-    out = set(prod.indices)
-    found = None
-    for z, leaf in enumerate(search.leaves):
-        if search.leaf_dense[z] or leaf.full or not out <= set(leaf.indices):
-            continue
-        rest = [k for k in range(search.n) if k != z]
-        # what the others' product keeps: their indices the mask or the output carries
-        keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices
-                                   if i in leaf.indices or i in out))
-        if found is not None and not leaf.nnz < search.leaves[found[0]].nnz:
-            continue
-        st = _masked_search(search, rest, keep, greedy, True)
-        if st is None:              # a greedy search: its tree gives its statistics
-            node = _masked_search(search, rest, keep, greedy, False)
-            st = node.stats
-        else:
-            node = None
-        if leaf.nnz < st.nnz:
-            found = (z, rest, keep, node)
-    if found is None:
-        return None
-    z, rest, keep, node = found
-    return z, rest, node if node is not None else _masked_search(search, rest, keep, greedy, False)
-
-
-def _masked_search(search: _path.Search, rest, keep, greedy, stats_only: bool):
-    """``best_tree`` over ``rest`` producing ``keep``, as the product a mask reads: never
-    stored, so rated sparse."""
-    saved = (search.result_dense, search.dense_allowed)
-    search.result_dense = False
-    search.dense_allowed = lambda st: st.full
-    try:
-        return _path.best_tree(search, rest, keep, greedy, stats_only)
-    finally:
-        search.result_dense, search.dense_allowed = saved
-
-
 def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> TensorStats:
     """Bottom-up statistics of ``tree``'s nodes (a k-ary node: its children joined in order)."""
     if isinstance(tree, int):
@@ -391,6 +350,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             loop = loop_of(node, kids_order)
             order[id(node)] = tuple(sorted(info[id(node)][1].indices, key=loop.index))
     natural(tree)
+    natural = None          # (each recursive closure's cell let go: no cycle for the collector)
     # where the step reading an intermediate loops over it the other way round: CSC
     transposed: set[int] = set()
 
@@ -406,6 +366,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                     transposed.add(id(c))
                 readers(c)
     readers(tree)
+    readers = None
     steps: list[Step] = []
     names: dict[int, str] = {}
     total = _cost.ZERO
@@ -419,12 +380,18 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
                 parent[id(c)] = node
                 parents(c)
     parents(tree)
+    parents = None
+
+    orders: dict = {}       # id(node) -> ordered(node) (the nodes stay in ``tree``)
 
     def ordered(node) -> TensorStats:
-        st, idx = info[id(node)][1], order[id(node)]
-        return TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
-                           tuple(st.counts[st.indices.index(i)] for i in idx),
-                           tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        got = orders.get(id(node))
+        if got is None:
+            st, idx = info[id(node)][1], order[id(node)]
+            got = orders[id(node)] = TensorStats(idx, tuple(st.size_of(i) for i in idx), st.nnz, st.full,
+                                                 tuple(st.counts[st.indices.index(i)] for i in idx),
+                                                 tuple(st.nonempty[st.indices.index(i)] for i in idx))
+        return got
 
     def stored_dense(node) -> bool:
         """A node's format as far as known: its step's, else the local rule's."""
@@ -436,16 +403,30 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             return steps_by_name[names[id(node)]].format == "dense"
         return _format(ordered(node), search.dense_allowed, itemsize) == "dense"
 
+    costs: dict = {}        # (id(node), dense, the kids' formats) -> step_of's cost
+
     def step_of(node, dense: bool, given: dict) -> _cost.Cost:
         """The cost of ``node``'s step stored ``dense``; ``given``: kids' formats by id."""
         kids = [node[j] for j in info[("kids", id(node))]]
         pairs = [(search.leaves[c] if isinstance(c, int) else info[id(c)][1],
                   given.get(id(c), stored_dense(c))) for c in kids]
-        joined = _cost.stored(*pairs[0])
-        for other in pairs[1:]:
-            joined = estimate(joined, _cost.stored(*other), tuple(dict.fromkeys(joined.indices + other[0].indices)))
-        st = ordered(node)
-        return _cost.step_cost(pairs, st, dense, joined.nnz / _cost.dense_rate(pairs, st.indices, dense), itemsize)
+        key = (id(node), dense, tuple(d for _, d in pairs))
+        got = costs.get(key)
+        if got is None:
+            st = ordered(node)
+            got = costs[key] = _cost.step_cost(pairs, st, dense, products(pairs) / _cost.dense_rate(
+                pairs, st.indices, dense), itemsize)
+        return got
+
+    joins: dict = {}        # the kids' (id(statistics), stored dense?) -> (their products, the kids)
+
+    def products(pairs) -> float:
+        """:func:`_products` once per kids' statistics and formats."""
+        key = tuple((id(st), d) for st, d in pairs)
+        got = joins.get(key)
+        if got is None:
+            got = joins[key] = (_products(pairs), pairs)
+        return got[0]
 
     def format_of(node) -> str:
         """An intermediate's format: dense where the algebra allows it and its step and the
@@ -479,7 +460,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             if fmt in ("csr", "dcsr") and id(node) in transposed:
                 fmt = "csc"
         inputs, terms, kid_stats = [], [], []
-        reads, converts = _conversions(search, kids, idx, fmt != "dense", [
+        reads, converts = _conversions(search, kids, idx, fmt != "dense", products, [
             (search.leaves[c], search.leaf_dense[c]) if isinstance(c, int)
             else (info[id(c)][1], steps_by_name[names[id(c)]].format == "dense") for c in kids])
         for pos, c in enumerate(kids):
@@ -519,6 +500,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
         steps_by_name[out_name] = step
     steps_by_name: dict[str, Step] = {}
     emit(tree, True)
+    emit = None
     return Plan(stmt, tuple(steps), _path.path_of(tree, n), reason, total.seconds, single.seconds)
 
 
@@ -529,13 +511,13 @@ def _products(kids_stats) -> float:
     return joined.nnz
 
 
-def _conversions(search: _path.Search, kids, idx, out_sparse: bool, pairs) -> tuple[_cost.Cost, dict]:
+def _conversions(search: _path.Search, kids, idx, out_sparse: bool, products, pairs) -> tuple[_cost.Cost, dict]:
     """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
     leaves, and which it converts first into the order it reads them (positions in ``kids``:
-    ``Search.reads``; the cost includes the copies)."""
+    ``Search.reads``; the cost includes the copies).  ``products``: :func:`_products`."""
     if len(kids) != 2:
         return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
-    return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), _products(pairs),
+    return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), products(pairs),
                         out_sparse)
 
 

@@ -126,7 +126,7 @@ def _coordinates(x) -> tuple[np.ndarray, ...]:
     fmt = x.format
     if fmt in ("csr", "csc") and x.ndim == 2:
         p = np.asarray(x.indptr)
-        outer = np.repeat(np.arange(len(p) - 1, dtype=np.int64), np.diff(p))
+        outer = np.arange(len(p) - 1, dtype=np.int64).repeat(p[1:] - p[:-1])
         inner = np.asarray(x.indices, dtype=np.int64)
         return (outer, inner) if fmt == "csr" else (inner, outer)
     c = x if fmt == "coo" else x.tocoo()
@@ -146,7 +146,7 @@ def of_operand(x, indices: tuple[str, ...] | None = None) -> TensorStats:
     fmt = x.format
     if fmt in ("csr", "csc") and x.ndim == 2:
         p = np.asarray(x.indptr)
-        along = np.diff(p).astype(np.float64)
+        along = (p[1:] - p[:-1]).astype(np.float64)
         across = np.bincount(np.asarray(x.indices), minlength=shape[1 if fmt == "csr" else 0]).astype(np.float64)
         counts = [along, across] if fmt == "csr" else [across, along]
         nnz = int(p[-1]) if p.size else 0
@@ -206,7 +206,7 @@ def _largest(x: TensorStats, k: str) -> float:
         key = ("max", k)                # once per statistics (as count_sum)
         got = x._sums.get(key)
         if got is None:
-            got = x._sums[key] = float(np.max(x.count(k), initial=0.0))
+            got = x._sums[key] = float(x.count(k).max(initial=0.0))
         return got
     return max(f, 0.0) if x.size_of(k) else 0.0
 
@@ -214,7 +214,11 @@ def _largest(x: TensorStats, k: str) -> float:
 def join_size(x: TensorStats, y: TensorStats) -> float:
     """The estimated products of ``X * Y`` (pairs of stored entries agreeing on the shared
     indices): exact for one shared index whose counts are known, else independent."""
-    shared = _shared(x, y)
+    return _join(x, y, _shared(x, y))
+
+
+def _join(x: TensorStats, y: TensorStats, shared: list[str]) -> float:
+    """:func:`join_size` given the shared indices."""
     if not shared:
         return x.nnz * y.nnz
     if len(shared) == 1:        # (the usual case: what the loop below gives, without it)
@@ -247,9 +251,12 @@ def _group(x: TensorStats, y: TensorStats, out: tuple[str, ...]):
 def uniform_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
     """Entries of ``sum[C](X * Y)`` on ``out`` if coordinates were independent and uniform
     given the per-slice counts of one output index (balls into bins per slice)."""
-    join = join_size(x, y)
     sizes = _sizes(x, y)
-    volume = math.prod(sizes[i] for i in out)
+    return _uniform(x, y, out, sizes, math.prod(sizes[i] for i in out), join_size(x, y))
+
+
+def _uniform(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int, join: float) -> float:
+    """:func:`uniform_estimate` given the sizes, the result's volume and the join's size."""
     if join <= 0 or volume == 0:
         return 0.0
     if set(out) == set(x.indices) | set(y.indices):     # nothing contracted
@@ -272,32 +279,66 @@ def degree_bound(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> float:
     each entry of that side meeting at most the other side's largest degree on a shared
     index; also the whole volume and the products themselves."""
     sizes = _sizes(x, y)
-    volume = math.prod(sizes[i] for i in out)
-    shared = _shared(x, y)
+    return _degree_bound(x, y, out, sizes, math.prod(sizes[i] for i in out), _shared(x, y))
+
+
+def _degree_bound(x: TensorStats, y: TensorStats, out, sizes: dict, volume: int, shared: list[str],
+                  join: float | None = None, cap: float | None = None) -> float:
+    """:func:`degree_bound` given the sizes, the result's volume and the shared indices
+    (``join``: :func:`join_size`, where known: with one shared index, the products' bound).
+    ``cap``: the estimate the bound caps (``estimate``): then the result is only sure to
+    give ``min(cap, degree_bound(...))`` - a slice term over an array of counts is skipped
+    where a lower bound on it, from the counts' sum and largest count, shows it cannot go
+    below the cap or the bound so far (the same minimum, without its array arithmetic)."""
     bound = float(volume)
     if not shared:
         bound = min(bound, x.nnz * y.nnz)
+    elif join is not None and len(shared) == 1:
+        bound = min(bound, join)        # (join_size's one dot product)
     else:
         bound = min(bound, min(_dot_counts(x, y, k) for k in shared))
     if out and shared:
         for side, other in ((x, y), (y, x)):
-            g = next((i for i in out if i in side.indices), None)
-            if g is None:
+            for g in out:
+                if g in side.indices:
+                    break
+            else:
                 continue
-            degree = min(_largest(other, k) for k in shared)
+            degree = _largest(other, shared[0]) if len(shared) == 1 else min(_largest(other, k) for k in shared)
             vslice = volume / sizes[g] if sizes[g] else 0.0
             flat = _flat(side, g)
             if flat is not None:
                 bound = min(bound, sizes[g] * min(vslice, flat * degree))
             else:
+                if cap is not None and _term_above(side, g, vslice, degree, min(cap, bound)):
+                    continue
                 bound = min(bound, float(np.add.reduce(np.minimum(vslice, side.count(g) * degree))))
     return bound
 
 
+#: the relative margin :func:`_term_above` keeps below its lower bound (a float sum of n terms
+#: errs by under ~log2(n) units in the last place: 1e-9 covers any array by far)
+_MARGIN = 1e-9
+
+
+def _term_above(side: TensorStats, g: str, vslice: float, degree: float, low: float) -> bool:
+    """Whether ``np.add.reduce(np.minimum(vslice, side.count(g) * degree))`` is surely at
+    least ``low``: each slice's term ``min(v, c * d)`` is at least ``(c / M) * min(v, M * d)``
+    for ``0 <= c <= M`` (concave in ``c``, 0 at 0), so the sum is at least
+    ``(S / M) * min(v, M * d)`` - the counts' sum ``S`` and largest ``M``, kept per statistics."""
+    m = _largest(side, g)
+    if not m > 0 or not degree >= 0 or not vslice >= 0:
+        return False
+    return side.count_sum(g) / m * min(vslice, m * degree) * (1 - _MARGIN) > low
+
+
 def _keys(coords: dict, names, sizes: dict) -> np.ndarray | None:
-    """One int64 key per entry from the coordinates of ``names`` (None: it would overflow)."""
+    """One int64 key per entry from the coordinates of ``names`` (None: it would overflow).
+    One name: its coordinates themselves (read only: every caller only reads a key)."""
     if math.prod(max(sizes[n], 1) for n in names) >= 1 << 62:
         return None
+    if len(names) == 1:
+        return coords[names[0]]
     key = None
     for n in names:
         c = coords[n]
@@ -330,16 +371,16 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         return None
     cgx, cgy = (cx, cy) if gx is x else (cy, cx)
     shared = _shared(gx, gy)
-    kx, ky = _keys(cgx, shared, sizes), _keys(cgy, shared, sizes)
+    kx = _keys(cgx, shared, sizes)
     rest = [i for i in out if i != g]
-    if kx is None or ky is None or math.prod(sizes[i] for i in out) >= 1 << 62:
-        return None
+    if kx is None or math.prod(sizes[i] for i in out) >= 1 << 62:
+        return None     # (Y's keys, over the same names, would overflow alike)
     ptr = _outer_pointers(gy, shared)
     if ptr is not None:         # Y compressed along the one shared index: its own positions
         order = None
-        lo = ptr[kx]
-        deg = ptr[kx + 1] - lo
+        deg = (ptr[1:] - ptr[:-1])[kx]
     else:
+        ky = _keys(cgy, shared, sizes)
         order = np.argsort(ky, kind="stable")
         sky = ky[order]
         lo = np.searchsorted(sky, kx, "left")
@@ -349,16 +390,16 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
     total = float(per_group.sum())
     if total == 0:
         return 0.0, np.zeros(sizes[g]), g
-    with_products = np.flatnonzero(per_group)
-    if with_products.size <= SAMPLES:
-        drawn, mult = with_products, np.ones(with_products.size)
+    if np.count_nonzero(per_group) <= SAMPLES:
+        drawn = per_group.nonzero()[0]
+        mult = np.ones(drawn.size)
         exact = True
     else:
         pick = _draw(per_group / total)
         m = SAMPLES
         while True:     # draws are independent: fewer of them where they would expand too much
             times = np.bincount(pick[:m], minlength=sizes[g])    # (np.unique's values and counts)
-            drawn = np.flatnonzero(times)
+            drawn = times.nonzero()[0]
             if per_group[drawn].sum() <= MAX_EXPANDED or m <= 16:
                 break
             m //= 2
@@ -366,20 +407,25 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         exact = False
     mark = np.zeros(sizes[g], bool)     # (np.isin's answer, by a table: drawn are slices of g)
     mark[drawn] = True
-    sel = np.flatnonzero(mark[groups])
+    sel = mark[groups].nonzero()[0]
     d = deg[sel]
     n = int(d.sum())
-    rep = np.repeat(sel, d)
-    starts = np.repeat(np.cumsum(d) - d, d)
-    at = np.repeat(lo[sel], d) + (np.arange(n) - starts)
+    # the products of the drawn slices: X's entry ``sel`` repeated once per partner, Y's
+    # partners at ``at`` (its first partner's position, then the next ones)
+    first = ptr[kx[sel]] if order is None else lo[sel]
+    at = (first - (d.cumsum() - d)).repeat(d) + np.arange(n)
     if order is not None:
         at = order[at]
     # (int32 keys where they fit: the same values, sorted faster)
     kind = np.int64 if math.prod(sizes[i] for i in out) >= 1 << 31 else np.int32
-    key = np.zeros(n, kind)
+    key = None
     for i in [g] + rest:
-        c = cgx[i][rep] if i in gx.indices else cgy[i][at]
-        key = key * sizes[i] + c.astype(kind, copy=False)
+        c = cgx[i][sel].repeat(d) if i in gx.indices else cgy[i][at]
+        if key is None:
+            key = c.astype(kind)
+        else:
+            key *= sizes[i]
+            key += c.astype(kind, copy=False)
     distinct = _distinct(key)
     owner = distinct // max(1, math.prod(sizes[i] for i in rest))
     dist_g = np.bincount(owner, minlength=sizes[g])[drawn].astype(np.float64)    # (owners are drawn slices)
@@ -388,7 +434,7 @@ def sampled_estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> tu
         per[drawn] = dist_g
         return float(dist_g.sum()), per, g
     ratio = dist_g / per_group[drawn]
-    mean = float(np.sum(ratio * mult) / np.sum(mult))
+    mean = float((ratio * mult).sum() / mult.sum())
     per = per_group * mean
     per[drawn] = dist_g
     return total * mean, per, g
@@ -412,7 +458,8 @@ _UNIFORM: dict = {}         # (seed, samples) -> the draw's uniform numbers, mad
 def _distinct(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` (sorted distinct values) by a sort: NumPy 2's ``unique`` hashes, and
     costs about 25 times a sort on the ten thousand keys of a planning's estimate."""
-    s = np.sort(a)
+    s = a.copy()
+    s.sort()
     if s.size < 2:
         return s
     keep = np.empty(s.size, bool)
@@ -445,12 +492,11 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
     best estimate that applies (module docstring), capped by :func:`degree_bound`."""
     sizes = _sizes(x, y)
     out = tuple(out)
-    shape = tuple(sizes[i] for i in out)
+    shape = tuple([sizes[i] for i in out])
     volume = math.prod(shape)
-    contracted_sizes = [sizes[i] for i in sizes if i not in out]
-    full = x.full and y.full and all(contracted_sizes)
+    full = x.full and y.full and all([sizes[i] for i in sizes if i not in out])
     per, g = None, None
-    if set(out) == set(x.indices) | set(y.indices):     # nothing reduced: every product is an entry
+    if len(set(out)) == len(sizes):     # nothing reduced (out holds only their indices): every product is an entry
         nnz = float(min(join_size(x, y), volume)) if not full else float(volume)
     elif full:
         nnz = float(volume)
@@ -462,23 +508,25 @@ def estimate(x: TensorStats, y: TensorStats, out: tuple[str, ...]) -> TensorStat
         if any(sizes[i] == 0 for i in dense.indices if i not in out):
             nnz = 0.0
     else:
-        got = sampled_estimate(x, y, out)
+        # (the sampled estimate needs both sides' coordinates: real sparse operands)
+        got = sampled_estimate(x, y, out) if x.source is not None and y.source is not None else None
+        shared = _shared(x, y)
+        join = None
         if got is not None:
             nnz, per, g = got
         else:
-            nnz = uniform_estimate(x, y, out)
-        nnz = min(nnz, degree_bound(x, y, out))
+            join = _join(x, y, shared)
+            nnz = _uniform(x, y, out, sizes, volume, join)
+        nnz = min(nnz, _degree_bound(x, y, out, sizes, volume, shared, join, nnz))
     nnz = float(min(nnz, volume))
-    counts, nonempty = [], []
-    for i, n in zip(out, shape):
-        if per is not None and i == g:
-            counts.append(per)
-            nonempty.append(int(np.count_nonzero(per)))
-        else:
-            counts.append(None)
-            nonempty.append(None)
+    if per is None:
+        counts = nonempty = (None,) * len(out)
+    else:
+        filled = int(np.count_nonzero(per))
+        counts = tuple([per if i == g else None for i in out])
+        nonempty = tuple([filled if i == g else None for i in out])
     # ``full`` follows the operands' kinds only (dense ones), never their contents: a plan
     # is reused for every call of the same statistics class, so what it relies on for
     # correctness (a dense intermediate where only stored entries count) must hold for all
-    return TensorStats(out, shape, nnz, full, tuple(counts), tuple(nonempty))
+    return TensorStats(out, shape, nnz, full, counts, nonempty)
 

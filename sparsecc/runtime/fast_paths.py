@@ -92,6 +92,14 @@ def route(stmt, formats, dtypes, out_format, device: str = "cpu", *, facts: Targ
     return None
 
 
+def serves(stmt, formats, dtypes, out_format, device: str = "cpu") -> bool:
+    """Whether a hand-written kernel serves this specialization (:func:`route` finds one),
+    for a planner that only rates the one nest (``PlannedKernel._handwritten``): the matchers
+    read no target facts - those shape the code a route emits, and nothing is emitted here -
+    so no compile target is resolved (nor llvmlite loaded) for it."""
+    return route(stmt, formats, dtypes, out_format, device, facts=None) is not None
+
+
 def compiled(stmt, formats, dtypes, options: Options, out_format, make, huge: bool = False):
     """The loaded hand-written kernel for this specialization, or None.  ``make(key, sig,
     mlir, mod)`` builds the ``Compiled`` (specialization.py's).  ``huge`` (a dimension much

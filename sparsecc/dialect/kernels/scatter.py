@@ -84,6 +84,7 @@ def _split(e) -> tuple[Reduce, object] | None:
             return Where(*new)
         return Stored(new[0]) if isinstance(n, Stored) else None
     post = sub(e)
+    sub = None              # (the recursive closure's cell let go: no cycle for the collector)
     return (red, post) if post is not None and all(isinstance(n, _ELEMENTWISE) for n in walk(post)) else None
 
 
