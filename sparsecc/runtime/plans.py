@@ -24,8 +24,8 @@ from . import fast_paths
 from . import specialization as _spec
 from .memref import ArgPacker
 from .operands import aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound, own_widths
-from .specialization import (Compiled, _for_sparse_result, _result_dtype, _without_coiterated_blocks, gpu_formats,
-                             sparse_result_orders, specialize)
+from .specialization import (Compiled, _result_dtype, _without_coiterated_blocks, gpu_formats, sparse_result_formats,
+                             specialize)
 from .validate import check_widths, validate
 
 
@@ -219,8 +219,7 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> _Plan:
                                   bool(wide and wide[2]))
     if out_fmt is not None and (huge or self.options.device != "cpu"
                                 or not fast_paths.reads_transposed(self.stmt, fmts, tuple(dtypes), out_fmt)):
-        orders = sparse_result_orders(self.stmt, fmts, huge)
-        fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
+        fmts = sparse_result_formats(self.stmt, fmts, huge, out_fmt, self._library is not None)
     fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
             for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]
     out = _result_dtype(self.stmt, tuple(dtypes))
