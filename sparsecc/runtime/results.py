@@ -142,6 +142,16 @@ def wrap(fmt: Format, shape: tuple[int, ...], dtype: np.dtype, res, prune: bool 
     return out
 
 
+def as_csc(a):
+    """A kernel's CSR result ``a`` stored as CSC (SciPy's O(nnz) transposition of its
+    buffers), built as a CSC result is (:func:`_compressed`): a contraction's CSC result is
+    built as CSR (``specialization.csc_built_as_csr``)."""
+    y = a.tocsc()
+    if y.indices.dtype == _I32 and y.indptr.dtype == _I32 and _direct(sp.csc_array):
+        return _compressed(sp.csc_array, y.data, y.indices, y.indptr, a.shape)
+    return _canonical(y)
+
+
 def _canonical(a):
     if a.format in ("csr", "csc"):
         a.has_sorted_indices = True
