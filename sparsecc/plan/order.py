@@ -248,6 +248,33 @@ def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out,
     return max(0.0, walks(loop, leaves, dense, layouts) - products) + copy
 
 
+#: operations per entry and per halving (``log2`` of its entries) of the loader's sort of a
+#: COO intermediate of rank 3 or more that a step reads in another order than it is stored
+#: (:func:`resort_ops`).  Measured, one thread: 249,398 entries of rank 3, 16 ms
+SORT_OPS = 2.0
+
+
+def resort_ops(terms, leaves: list[TensorStats], dense: list[bool], out, intermediates=()) -> float:
+    """The operations the runtime spends sorting the ``intermediates`` (positions) of rank 3 or
+    more that a step with a summed index into a sparse result reads in another order than
+    stored: it stores every operand in Gustavson's order (the result's indices, the summed
+    ones just before the last: ``runtime/specialization._row_wise_orders``; an intermediate is
+    stored in its own step's order, its indices as its statistics list them)."""
+    out = tuple(out)
+    summed = [i for i in dict.fromkeys(i for t in terms for i in t) if i not in out]
+    if not summed or not out:
+        return 0.0
+    loop = list(out[:-1]) + summed + list(out[-1:])
+    ops = 0.0
+    for k in intermediates:
+        st, t = leaves[k], tuple(terms[k])
+        if dense[k] or len(t) < 3 or t == tuple(sorted(t, key=loop.index)):
+            continue
+        n = float(st.nnz)
+        ops += SORT_OPS * n * math.log2(max(2.0, n))
+    return ops
+
+
 def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     """The formats a rank-2 factor (statistics ``st``, stored ``lay``) may be converted to so
     that a nest reads it in another order: ``"csr"`` (its indices as written) and ``"csc"``,
@@ -262,18 +289,25 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-#: operations per pair of entries of a conversion that reorders its operand's levels (CSR to
-#: CSC, COO to CSC, a cycle broken inside a kernel: MLIR's ``sparse_tensor.convert`` through an
-#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC: 16.7k
-#: entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the entries (heap or quick sort
-#: alike; not found why), while COO -> CSR in its own order takes 0.16 / 0.8 / 2.8 ms
+#: operations per pair of entries of a conversion inside a kernel that reorders its operand's
+#: levels (a cycle of levels the sparsifier breaks: MLIR's ``sparse_tensor.convert`` through an
+#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC as MLIR
+#: converted it: 16.7k entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the
+#: entries (heap or quick sort alike; not found why), while COO -> CSR in its own order took
+#: 0.16 / 0.8 / 2.8 ms
 REORDER_PAIR_OPS = 3e-3
+#: operations per entry a copy step spends reordering its operand's levels beyond its inserts:
+#: the runtime reads the operand in the result's order (SciPy's O(nnz) transpose of CSR/CSC,
+#: a column sort of COO: ``specialization._result_order_reads``), the kernel copies in order.
+#: Measured, one thread, CSR -> CSC: 16k entries 0.30 ms, 160k 2.5, 400k 7.9; COO -> CSC 0.43 /
+#: 4.1 / 16 (``cost.step_cost`` of the copy without it: 0.2 / 2.0 / 5.0 ms)
+REORDER_OPS = 6.0
 
 
 def conversion_cost(st: TensorStats, itemsize: int, reorders: bool = False) -> _cost.Cost:
     """A copy step into CSR/CSC: read the operand, insert its entries (a few operations
-    each), write the result; ``reorders``: its levels change order (:data:`REORDER_PAIR_OPS`)."""
+    each), write the result; ``reorders``: its levels change order (:data:`REORDER_OPS`)."""
     ops = float(st.nnz) * _cost.INSERT_OPS
     if reorders:
-        ops += REORDER_PAIR_OPS * float(st.nnz) ** 2
+        ops += REORDER_OPS * float(st.nnz)
     return _cost.step_cost([(st, False)], st, False, ops, itemsize)

@@ -261,8 +261,10 @@ class Search:
             return _cost.ZERO, {}
         terms = [s.indices for s in stats]
         skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
+        # (a rank-3+ intermediate the runtime re-sorts into the step's order: every option pays it)
+        resort = _order.resort_ops(terms, stats, dense, indices, skip) if out_sparse and skip else 0.0
         extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)
-        best = (_cost.Cost(0.0, extra), {})
+        best = (_cost.Cost(0.0, extra + resort), {})
         if extra <= 0:
             return best
         for k, lay in enumerate(layouts):
@@ -276,7 +278,7 @@ class Search:
                 if _order.loop_order(terms, trial, indices, out_sparse) is None:
                     continue            # levels in a cycle: the emitter would convert again
                 c = _order.conversion_cost(stats[k], self.itemsize, new.levels != lay.levels) + _cost.Cost(
-                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip))
+                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip) + resort)
                 if c.seconds < best[0].seconds:
                     best = (c, {k: fmt})
         return best
