@@ -265,8 +265,15 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
                            f"{single.seconds * 1e3:.3g} ms, the cheapest steps est. {best.cost.seconds * 1e3:.3g} ms",
                          single, n)
     how = "greedy" if (greedy or (greedy is None and n > _path.EXHAUSTIVE_UP_TO)) else "exhaustive"
-    return _build(stmt, prod, search, best.tree, result_format, itemsize,
-                  f"cheapest order ({how} search over {n} factors)", single)
+    built = _build(stmt, prod, search, best.tree, result_format, itemsize,
+                   f"cheapest order ({how} search over {n} factors)", single)
+    # the steps as built (their formats, copies and orders chosen) against the one nest again:
+    # the search rates each intermediate stored in the order its reader loops
+    if built.seconds > single.seconds:
+        return _one_nest(stmt, prod, search, result_format, itemsize,
+                         f"one loop nest: est. {single.seconds * 1e3:.3g} ms, the cheapest steps as built est. "
+                         f"{built.seconds * 1e3:.3g} ms", single, n)
+    return built
 
 
 def _one_nest(stmt: Statement, prod: _path.Product, search: _path.Search, result_format: str, itemsize: int,
