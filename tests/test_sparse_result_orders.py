@@ -39,7 +39,8 @@ CASES = [("ij,ik->i", [(30, 20), (30, 25)]), ("ik,ij->i", [(30, 20), (30, 25)]),
          ("ji,ki->i", [(20, 30), (25, 30)]), ("ij,kj->ij", [(30, 20), (25, 20)]),
          ("ij,ki->ij", [(30, 20), (25, 30)]), ("ij,jk,jl->j", [(30, 20), (20, 25), (20, 7)]),
          ("ab,bc,bd->ab", [(30, 20), (20, 25), (20, 7)]), ("ij,ik,i->ji", [(30, 20), (30, 25), (30,)]),
-         ("ij,j,i->ji", [(30, 20), (20,), (30,)]), ("ij->ji", [(30, 20)])]
+         ("ij,j,i->ji", [(30, 20), (20,), (30,)]), ("ij->ji", [(30, 20)]), ("ij,ij->i", [(30, 20), (30, 20)]),
+         ("ij,j->i", [(30, 20), (20,)]), ("ji,j->i", [(20, 30), (20,)])]
 
 
 @pytest.mark.parametrize("expr,shapes", CASES)
@@ -87,6 +88,19 @@ def test_private_sums_run_inside_the_output_loops():
     # a summed index carried by a dense operand: Gustavson's order (its loop always runs)
     stmt3 = sc.compile("ij,ik,il->i", "csr", "csr", "dense", out_format="coo").stmt
     assert specialization._sums_inside(stmt3, frozenset(stmt3.operands[:2])) is None
+
+
+def test_a_sparse_vector_with_one_sum_runs_output_first():
+    """``ij,j->i`` / ``ij,ij->i`` into a sparse vector: output-first (a scalar sum per row),
+    though Gustavson's order crosses nothing - it expanded the whole vector into a workspace
+    and sorted its coordinates (2000 rows: 0.57 -> 0.19 ms, 1.07 -> 0.28 from COO)."""
+    for expr, kinds in (("ij,j->i", ("csr", "dense")), ("ij,ij->i", ("coo", "coo"))):
+        stmt = sc.compile(expr, *kinds, out_format="coo").stmt
+        assert specialization._sums_inside(stmt, frozenset(stmt.operands[:1])) == frozenset()
+        assert specialization._row_wise_orders(stmt, frozenset(stmt.operands[:1]))[stmt.operands[0]] == (0, 1)
+    # two summed indices, one shared: Gustavson's order as before
+    stmt = sc.compile("ij,jk->i", "csr", "csr", out_format="coo").stmt
+    assert specialization._sums_inside(stmt, frozenset(stmt.operands)) is None
 
 
 def test_one_private_sum_keeps_dense_levels():
