@@ -64,8 +64,8 @@ def test_mask_rule_keeps_the_mask_in_the_last_nest():
     last product (removing the mask rule gives three two-operand steps).  (A @ B sparse, C
     denser: with A, B and C alike the one nest - or, where the mask is very sparse, a chain
     through M * A - is estimated cheaper, now that the masked nest's walks count.)"""
-    M = rand((N, N), 0.01, 7)
-    A2, B2, C2 = rand((N, N), 0.005, 1), rand((N, N), 0.005, 2), rand((N, N), 0.2, 3)
+    M = rand((N, N), 0.02, 7)
+    A2, B2, C2 = rand((N, N), 0.01, 1), rand((N, N), 0.01, 2), rand((N, N), 0.5, 3)
     p = sc.plan("ij,ik,kl,lj->ij", M, A2, B2, C2)
     assert len(p.steps) == 2 and "masked by T0" in p.reason
     assert len(p.steps[-1].inputs) == 3 and p.steps[-1].inputs[0] == "#0"

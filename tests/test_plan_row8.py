@@ -64,15 +64,19 @@ def test_a_reordering_copy_costs_linear_in_its_entries():
     assert O.conversion_cost(st, 8, True).seconds < 0.02
 
 
-def test_a_big_coo_operand_read_against_its_order_is_copied_first():
-    """``bc,cd,ab->a`` with 100k-entry COO operands read by c first: the copy is rated at a
-    few operations an entry (at the square of its entries it was 60 ms)."""
+def test_a_big_operand_read_against_its_order_is_copied_first():
+    """``bc,dc,ab->a`` with 100k-entry operands, ``T0[b,c] * T1[d,c]`` summed onto b (a dense
+    result: the sparsifier reads them as stored): T1 is copied into CSC first, rated at a few
+    operations an entry (at the square of its entries it was 60 ms, and not taken)."""
     n, rng = 20000, np.random.default_rng(1)
-    T0, T1 = (sp.coo_array(uniform_rows(n, n, 5, rng)) for _ in range(2))
+    T0, T1 = sp.coo_array(uniform_rows(n, n, 5, rng)), uniform_rows(n, n, 5, rng)
     T2 = uniform_rows(2000, n, 4, rng)
-    p = _plan("bc,cd,ab->a", (T0, T1, T2))
+    stmt = parse_einsum("bc,dc,ab->a", 3)
+    ops = (T0, T1, T2)
+    p = make_plan(stmt, {k: of_operand(v) for k, v in zip(stmt.operands, ops)}, {k: False for k in stmt.operands},
+                  "dense", optimize=[(0, 1), (0, 1)], formats={k: v.format for k, v in zip(stmt.operands, ops)})
     copies = [s for s in p.steps if s.subscripts == "ij->ij"]
-    assert copies and all(s.seconds < 0.005 for s in copies), str(p)
+    assert copies and all(s.format == "csc" and s.seconds < 0.005 for s in copies), str(p)
 
 
 # ------------------------------------------------- the masked nest of three inputs
@@ -105,10 +109,13 @@ def test_an_elementwise_intermediate_read_by_a_sparse_step_is_not_stored_transpo
     walked the sparse vector t0 once per a (232 ms, estimated 0.4); stored CSR, the reader's
     runtime transposes it in O(nnz) (0.25 ms)."""
     case, ops = _case(*ROW81)
-    p = _compiled(case).plan(*ops)
+    path = [(3, 4), (1, 3), (0, 2), (0, 1)]             # (the plan chosen then)
+    p = _compiled(case, path).plan(*ops)
     ew = [s for s in p.steps if s.subscripts == "ij,i->ij"]
     assert ew and all(s.format != "csc" for s in ew), str(p)
     _agrees(case, ops)
+    got = _compiled(case, path)(*ops)
+    np.testing.assert_allclose(_dense(got), np.einsum(case["expr"], *[_dense(x) for x in ops], optimize=True))
 
 
 # ------------------------------------------------ rank-3 COO intermediates' costs
@@ -164,3 +171,51 @@ def test_the_one_nest_rule_compares_the_steps_as_built():
     p = _compiled(case).plan(*ops)
     assert p.single and "as built" in p.reason, str(p)
     _agrees(case, ops)
+
+
+# ------------------------------------- a sparse result's operands as the runtime stores them
+ROW15 = ("ab,ca,ac->ca", ["csr", "csr", "csr"], {"a": 4599, "b": 7002, "c": 6208}, [5, 5, 7])
+
+
+def test_a_sparse_results_operands_are_rated_as_the_runtime_stores_them():
+    """Row 8's ``ab,ca,ac->ca`` (seed 15), CSR into CSR: rated with its operands as stored,
+    the masked one nest converted ``T2[a,c]`` inside the kernel (6.7 ms, quadratic) and lost
+    to two steps (1.55 ms); the runtime stores every operand in the loops' order first (SciPy
+    transposes), and the one nest runs 0.72 ms."""
+    case, ops = _case(*ROW15)
+    p = _compiled(case).plan(*ops)
+    assert p.single and "masked by T1" in p.reason, str(p)
+    _agrees(case, ops)
+
+
+def test_runtime_reads_mirror_the_runtimes_orders():
+    lay = O.layout_of
+    # ij,ik->i: Gustavson's j, k, i crosses j with k; each sum is one sparse operand's: output
+    # first, compressed outer levels (two sums)
+    assert O.runtime_loop([("i", "j"), ("i", "k")], [True, True], ("i",)) == (("i", "j", "k"), True)
+    # a sparse vector with one sum: output first whoever carries it
+    assert O.runtime_loop([("i", "j"), ("j",)], [True, False], ("i",)) == (("i", "j"), False)
+    # SpGEMM: Gustavson's
+    assert O.runtime_loop([("i", "k"), ("k", "j")], [True, True], ("i", "j")) == (("i", "k", "j"), False)
+    t = of_operand(sp.random_array((50, 40), density=0.1, format="csr", random_state=1), ("a", "c"))
+    u = of_operand(sp.random_array((40, 50), density=0.1, format="csr", random_state=2), ("c", "a"))
+    # c,a from (a,c) and (c,a) into (c,a): the first is transposed (REORDER_OPS an entry)
+    new, ops = O.runtime_reads([("a", "c"), ("c", "a")], [t, u], [False, False],
+                               [lay("csr", ("a", "c")), lay("csr", ("c", "a"))], ("c", "a"))
+    assert new[0].levels == ("c", "a") and new[1].levels == ("c", "a") and ops == O.REORDER_OPS * t.nnz
+
+
+def test_a_sparse_result_costs_its_wrapping():
+    """A step with a sparse result pays ``cost.SPARSE_RESULT_OVERHEAD_S`` once (its buffers
+    adopted and wrapped: 37-62 us a call against 8-10 for a dense one): small plans of
+    several sparse steps lose to their one nest (``ab,bc,cd,da,ac->ab`` over 120^2 CSR:
+    three sparse steps, estimated 0.082 ms against the one nest's 0.102, ran 0.55 ms against
+    0.20)."""
+    st = of_operand(np.ones((4, 4)), ("i", "j"))
+    sparse = type(st)(("i", "j"), (4, 4), 3.0)
+    d = C.step_cost([(st, True)], st, True, 0.0, 8)
+    s = C.step_cost([(st, True)], sparse, False, 0.0, 8)
+    assert s.seconds - d.seconds >= C.SPARSE_RESULT_OVERHEAD_S >= 30e-6
+    rng = np.random.default_rng(11)
+    ops = [uniform_rows(120, 120, 8, rng) for _ in range(4)] + [uniform_rows(120, 120, 2, rng)]
+    assert sc.plan("ab,bc,cd,da,ac->ab", *ops, out_format="csr").single

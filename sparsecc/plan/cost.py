@@ -28,6 +28,10 @@ BANDWIDTH = 8e9
 OPS_PER_S = 5e8
 #: the fixed cost of one kernel call (argument packing, validation, result wrapping)
 STEP_OVERHEAD_S = 5e-6
+#: the fixed cost a sparse result adds to a call: its buffers adopted, wrapped as a SciPy
+#: array (measured, repeated calls on 10 x 10 operands, 1 thread: a dense result 8-10 us, a
+#: CSR result 42-46 us, a COO result 37-62 us)
+SPARSE_RESULT_OVERHEAD_S = 35e-6
 #: operations to insert one entry of a sparse result (search/sort of its row, the copy)
 INSERT_OPS = 4.0
 #: operations per point of one loop nest over three or more factors with a sparse result:
@@ -104,7 +108,7 @@ def step_cost(inputs: list[tuple[TensorStats, bool]], result: TensorStats, resul
             i not in result.indices for t, _ in inputs for i in t.indices):
         ops += result.nnz * COO_SUM_INSERT_OPS
     # the call itself, as operations (so that a step is never free)
-    ops += STEP_OVERHEAD_S * OPS_PER_S
+    ops += (STEP_OVERHEAD_S + (0.0 if result_dense else SPARSE_RESULT_OVERHEAD_S)) * OPS_PER_S
     return Cost(moved, ops)
 
 

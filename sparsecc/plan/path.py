@@ -165,6 +165,7 @@ class Search:
         self._joins: dict = {}          # (id, id) -> (products, the operands)
         self._dense_of: dict = {}       # (id, rule) -> (stored dense?, the statistics)
         self._live: dict = {}           # (members, outside, output) -> live indices
+        self.masking = False            # rating the product a masked nest reads (its root is no kernel's)
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -245,10 +246,11 @@ class Search:
         if bound is not None and (a.cost + b.cost + step).seconds >= bound:
             return None             # (the walks only add to it)
         step = step + self.reads([a.tree, b.tree], [a.stats, b.stats], [a.dense, b.dense], indices, products,
-                                 not dense)[0]
+                                 not dense, not (root and self.masking))[0]
         return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
 
-    def reads(self, trees, stats, dense, indices, products, out_sparse: bool = False) -> tuple[_cost.Cost, dict]:
+    def reads(self, trees, stats, dense, indices, products, out_sparse: bool = False,
+              runtime: bool = True) -> tuple[_cost.Cost, dict]:
         """What a step over ``trees`` (leaves: ints) spends reading its sparse leaves against
         their stored order (``order.extra_ops``), and which leaves it converts first instead
         (position -> format, where the copy costs less than the walk: ``order.conversion``).
@@ -262,8 +264,8 @@ class Search:
         terms = [s.indices for s in stats]
         skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
         # (a rank-3+ intermediate the runtime re-sorts into the step's order: every option pays it)
-        resort = _order.resort_ops(terms, stats, dense, indices, skip) if out_sparse and skip else 0.0
-        extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)
+        resort = _order.resort_ops(terms, stats, dense, indices, skip) if out_sparse and skip and runtime else 0.0
+        extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip, runtime)
         best = (_cost.Cost(0.0, extra + resort), {})
         if extra <= 0:
             return best
@@ -278,7 +280,8 @@ class Search:
                 if _order.loop_order(terms, trial, indices, out_sparse) is None:
                     continue            # levels in a cycle: the emitter would convert again
                 c = _order.conversion_cost(stats[k], self.itemsize, new.levels != lay.levels) + _cost.Cost(
-                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip) + resort)
+                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip, runtime)
+                    + resort)
                 if c.seconds < best[0].seconds:
                     best = (c, {k: fmt})
         return best
@@ -518,7 +521,8 @@ def single_cost(search: Search, handwritten: bool = False) -> _cost.Cost:
     point = 1.0
     if not search.result_dense:
         point = _cost.SPARSE_NEST_POINT_OPS
-        if not handwritten and _order.reduces_inside(_order.schedule(terms, search.layouts, out, True)[0], out):
+        lays = _order.runtime_reads(terms, search.leaves, search.leaf_dense, search.layouts, out)[0]
+        if not handwritten and _order.reduces_inside(_order.schedule(terms, lays, out, True)[0], out):
             point = 1.0
             if search.n > 1:        # the entries the result stores: the product reduced onto out
                 rest = search.leaves[0]

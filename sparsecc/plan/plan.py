@@ -342,13 +342,14 @@ def _mask(search: _path.Search, prod: _path.Product, greedy):
 def _masked_search(search: _path.Search, rest, keep, greedy, stats_only: bool):
     """``best_tree`` over ``rest`` producing ``keep``, as the product a mask reads: never
     stored, so rated sparse."""
-    saved = (search.result_dense, search.dense_allowed)
+    saved = (search.result_dense, search.dense_allowed, search.masking)
     search.result_dense = False
     search.dense_allowed = lambda st: st.full
+    search.masking = True
     try:
         return _path.best_tree(search, rest, keep, greedy, stats_only)
     finally:
-        search.result_dense, search.dense_allowed = saved
+        search.result_dense, search.dense_allowed, search.masking = saved
 
 
 def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> TensorStats:
