@@ -249,7 +249,7 @@ def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out,
     layouts = [converted(lay, loop) if k in skip and lay is not None else lay for k, lay in enumerate(layouts)]
     if conv is not None and conv not in skip:
         nnz = float(leaves[conv].nnz)
-        copy = nnz * _cost.INSERT_OPS + REORDER_PAIR_OPS * nnz ** 2
+        copy = nnz * (_cost.INSERT_OPS + CYCLE_SORT_OPS * math.log2(max(2.0, nnz)))
     return max(0.0, walks(loop, leaves, dense, layouts) - products) + copy
 
 
@@ -360,13 +360,14 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-#: operations per pair of entries of a conversion inside a kernel that reorders its operand's
-#: levels (a cycle of levels the sparsifier breaks: MLIR's ``sparse_tensor.convert`` through an
-#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC as MLIR
-#: converted it: 16.7k entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the
-#: entries (heap or quick sort alike; not found why), while COO -> CSR in its own order took
-#: 0.16 / 0.8 / 2.8 ms
-REORDER_PAIR_OPS = 3e-3
+#: operations per entry and per halving (``log2`` of its entries) of a conversion inside a
+#: kernel that reorders an operand's levels (a cycle of levels the sparsifier breaks: MLIR's
+#: ``sparse_tensor.convert`` through an unordered COO and a sort).  Measured, one thread,
+#: ``ab,ba->`` over CSR (``T1`` converted): 4.5k entries 0.34 ms (the same without the cycle
+#: 0.04), 16k 1.4, 64k 6.6, 128k 20, 256k 47 - n log n, not the square of the entries rated
+#: before (that was a sparse *result* converted inside its kernel: 160k entries ~150 ms, gone:
+#: ``specialization.csc_built_as_csr``)
+CYCLE_SORT_OPS = 3.5
 #: operations per entry a copy step spends reordering its operand's levels beyond its inserts:
 #: the runtime reads the operand in the result's order (SciPy's O(nnz) transpose of CSR/CSC,
 #: a column sort of COO: ``specialization._result_order_reads``), the kernel copies in order.
