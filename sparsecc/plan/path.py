@@ -376,9 +376,11 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
     dense = search.result_dense if root else search._dense(st)
     item = search.itemsize
     # cost.step_cost(kids, st, dense, 0.0, item) and Cost.seconds, spelt out (the same sums in
-    # the same order: equal floats), the result's share once for all splits
+    # the same order: equal floats, but for a rank-3 result's COO_SUM_INSERT_OPS, left out: a
+    # lower bound still), the result's share once for all splits
     out_bytes = _cost.tensor_bytes(st, dense, item) * (1 if dense else 2)
-    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS))
+           + (_cost.STEP_OVERHEAD_S + (0.0 if dense else _cost.SPARSE_RESULT_OVERHEAD_S)) * _cost.OPS_PER_S)
     bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
 
     def tb(node) -> float:
