@@ -172,7 +172,7 @@ def test_ordinary_shapes_keep_the_direct_plan():
     assert not specialization.huge_dimension([30, 40], [A.nnz])
     assert specialization.huge_dimension([2, N], [2])
     # an ordinary call reads the operand in the result's order (SciPy's O(nnz) transpose,
-    # specialization._result_order_reads); a huge call of the same kernel reads it as it is
+    # operand_orders._result_order_reads); a huge call of the same kernel reads it as it is
     # and is planned in the operand's order, sorted in the kernel
     stmt, (f,), out = k.stmt, k.last_specialization().formats, k.last_specialization().out_format
     assert f.order == (1, 0)

@@ -1,5 +1,5 @@
 """The storage orders a kernel with a sparse result reads its operands in
-(``runtime/specialization.py``: ``sparse_result_formats``), found by the planner's random
+(``runtime/operand_orders.py``: ``sparse_result_formats``), found by the planner's random
 einsums (bench row 8): summed loops inside the output's where Gustavson's order crosses
 loops no operand joins, operands read in the result's order by a statement with no
 reduction, and the loaders that store them so in O(nnz)."""
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 import sparsecc as sc
 from sparsecc.formats import Format
-from sparsecc.runtime import specialization
+from sparsecc.runtime import operand_orders, specialization
 from sparsecc.runtime.operands import _build_levels, _coo, _coords, _storage
 
 
@@ -79,15 +79,15 @@ def test_private_sums_run_inside_the_output_loops():
     at 474 rows); the operands are read row-wise (output first) and, with two summed indices,
     with compressed outer levels (DCSR)."""
     stmt = sc.compile("ij,ik->i", "csr", "csr", out_format="coo").stmt
-    assert specialization._sums_inside(stmt, frozenset(stmt.operands)) == frozenset(stmt.operands)
-    assert specialization._row_wise_orders(stmt, frozenset(stmt.operands)) == {n: (0, 1) for n in stmt.operands}
+    assert operand_orders._sums_inside(stmt, frozenset(stmt.operands)) == frozenset(stmt.operands)
+    assert operand_orders._row_wise_orders(stmt, frozenset(stmt.operands)) == {n: (0, 1) for n in stmt.operands}
     # Gustavson's order for the same statement read by an ahead-of-time build
-    assert specialization._row_wise_orders(stmt) == {n: (1, 0) for n in stmt.operands}
+    assert operand_orders._row_wise_orders(stmt) == {n: (1, 0) for n in stmt.operands}
     for f in _formats("ij,ik->i", ("csr", "csr")):
         assert f.order == (0, 1) and f.levels == ("compressed", "compressed")
     # a summed index carried by a dense operand: Gustavson's order (its loop always runs)
     stmt3 = sc.compile("ij,ik,il->i", "csr", "csr", "dense", out_format="coo").stmt
-    assert specialization._sums_inside(stmt3, frozenset(stmt3.operands[:2])) is None
+    assert operand_orders._sums_inside(stmt3, frozenset(stmt3.operands[:2])) is None
 
 
 def test_a_sparse_vector_with_one_sum_runs_output_first():
@@ -96,11 +96,11 @@ def test_a_sparse_vector_with_one_sum_runs_output_first():
     and sorted its coordinates (2000 rows: 0.57 -> 0.19 ms, 1.07 -> 0.28 from COO)."""
     for expr, kinds in (("ij,j->i", ("csr", "dense")), ("ij,ij->i", ("coo", "coo"))):
         stmt = sc.compile(expr, *kinds, out_format="coo").stmt
-        assert specialization._sums_inside(stmt, frozenset(stmt.operands[:1])) == frozenset()
-        assert specialization._row_wise_orders(stmt, frozenset(stmt.operands[:1]))[stmt.operands[0]] == (0, 1)
+        assert operand_orders._sums_inside(stmt, frozenset(stmt.operands[:1])) == frozenset()
+        assert operand_orders._row_wise_orders(stmt, frozenset(stmt.operands[:1]))[stmt.operands[0]] == (0, 1)
     # two summed indices, one shared: Gustavson's order as before
     stmt = sc.compile("ij,jk->i", "csr", "csr", out_format="coo").stmt
-    assert specialization._sums_inside(stmt, frozenset(stmt.operands)) is None
+    assert operand_orders._sums_inside(stmt, frozenset(stmt.operands)) is None
 
 
 def test_one_private_sum_keeps_dense_levels():
@@ -108,7 +108,7 @@ def test_one_private_sum_keeps_dense_levels():
     the second operand is read column-wise as CSC - its dense level located, not walked:
     one summed index needs no compression (entering its loop is a product)."""
     stmt = sc.compile("ij,kj->ij", "coo", "csr", out_format="csr").stmt
-    assert specialization._sums_inside(stmt, frozenset(stmt.operands)) == frozenset()
+    assert operand_orders._sums_inside(stmt, frozenset(stmt.operands)) == frozenset()
     a, b = _formats("ij,kj->ij", ("coo", "csr"), "csr")
     assert b.order == (1, 0) and b.levels == ("dense", "compressed")
 

@@ -255,14 +255,14 @@ def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out,
 
 def _crossed(loop, terms) -> bool:
     """Whether a loop of ``loop`` after the first is carried by no term that also carries a
-    loop outside it (``runtime/specialization._crossed``)."""
+    loop outside it (``runtime/operand_orders._crossed``)."""
     sets = [set(t) for t in terms]
     return any(not any(i in t and t & set(loop[:p]) for t in sets) for p, i in enumerate(loop) if p)
 
 
 def runtime_loop(terms, sparse, out) -> tuple[tuple[str, ...], bool] | None:
     """The order a kernel with a summed index into a sparse result stores its operands in
-    (``runtime/specialization._row_wise_orders``): Gustavson's (the result's indices, the
+    (``runtime/operand_orders._row_wise_orders``): Gustavson's (the result's indices, the
     summed ones just before the last), or the output-first order where Gustavson's crosses
     loops no operand joins, the output-first does not and each summed index belongs to one
     sparse term (``sparse``: per term), or the result is a vector with one summed index and the
@@ -289,7 +289,7 @@ def runtime_reads(terms, leaves: list[TensorStats], dense: list[bool], layouts, 
     """The layouts a kernel with a sparse result reads its sparse operands in, and what
     storing them so costs: the runtime stores every operand of a kernel with a summed index
     in :func:`runtime_loop`'s order, and each operand of one without whose levels run against
-    the result's in the result's order (``runtime/specialization.sparse_result_formats``);
+    the result's in the result's order (``runtime/operand_orders.sparse_result_formats``);
     the sparsifier then finds no cycle to break with its own (quadratic) conversion.  Rank 2:
     SciPy's transpose (:data:`REORDER_OPS` an entry, as a copy's); higher ranks: a sort
     (:data:`SORT_OPS`).  ``skip``: intermediates (stored as their reader loops)."""
@@ -370,7 +370,7 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
 CYCLE_SORT_OPS = 3.5
 #: operations per entry a copy step spends reordering its operand's levels beyond its inserts:
 #: the runtime reads the operand in the result's order (SciPy's O(nnz) transpose of CSR/CSC,
-#: a column sort of COO: ``specialization._result_order_reads``), the kernel copies in order.
+#: a column sort of COO: ``operand_orders._result_order_reads``), the kernel copies in order.
 #: Measured, one thread, CSR -> CSC: 16k entries 0.30 ms, 160k 2.5, 400k 7.9; COO -> CSC 0.43 /
 #: 4.1 / 16 (``cost.step_cost`` of the copy without it: 0.2 / 2.0 / 5.0 ms)
 REORDER_OPS = 6.0

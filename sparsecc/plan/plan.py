@@ -40,6 +40,7 @@ from . import cost as _cost
 from . import nested as _nested
 from . import order as _order
 from . import path as _path
+from .mask import mask_candidate as _mask
 from .statements import LETTERS, _name, _text, step_statement
 from .stats import TensorStats, estimate
 
@@ -309,49 +310,6 @@ def _n_accesses(stmt: Statement) -> int:
     return len([a for a in accesses(stmt.expr) if a.indices])
 
 
-def _mask(search: _path.Search, prod: _path.Product, greedy):
-    """The mask rule (module docstring): ``(mask factor, the other factors, their best
-    tree)`` where it applies, else None.  The sparsest such mask is taken.  Each candidate's
-    product is first estimated alone (the statistics its search would give, no split rated:
-    ``best_tree(stats_only=True)``); only the mask taken is searched in full."""
-    out = set(prod.indices)
-    found = None
-    for z, leaf in enumerate(search.leaves):
-        if search.leaf_dense[z] or leaf.full or not out <= set(leaf.indices):
-            continue
-        rest = [k for k in range(search.n) if k != z]
-        # what the others' product keeps: their indices the mask or the output carries
-        keep = tuple(dict.fromkeys(i for k in rest for i in search.leaves[k].indices
-                                   if i in leaf.indices or i in out))
-        if found is not None and not leaf.nnz < search.leaves[found[0]].nnz:
-            continue
-        st = _masked_search(search, rest, keep, greedy, True)
-        if st is None:              # a greedy search: its tree gives its statistics
-            node = _masked_search(search, rest, keep, greedy, False)
-            st = node.stats
-        else:
-            node = None
-        if leaf.nnz < st.nnz:
-            found = (z, rest, keep, node)
-    if found is None:
-        return None
-    z, rest, keep, node = found
-    return z, rest, node if node is not None else _masked_search(search, rest, keep, greedy, False)
-
-
-def _masked_search(search: _path.Search, rest, keep, greedy, stats_only: bool):
-    """``best_tree`` over ``rest`` producing ``keep``, as the product a mask reads: never
-    stored, so rated sparse."""
-    saved = (search.result_dense, search.dense_allowed, search.masking)
-    search.result_dense = False
-    search.dense_allowed = lambda st: st.full
-    search.masking = True
-    try:
-        return _path.best_tree(search, rest, keep, greedy, stats_only)
-    finally:
-        search.result_dense, search.dense_allowed, search.masking = saved
-
-
 def _stats_of(search: _path.Search, tree, members_cache: dict, root: bool) -> TensorStats:
     """Bottom-up statistics of ``tree``'s nodes (a k-ary node: its children joined in order)."""
     if isinstance(tree, int):
@@ -419,7 +377,7 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
     # where the step reading an intermediate loops over it the other way round: CSC - unless
     # the intermediate is an element-wise product and its reader's result is sparse: the
     # runtime reads it transposed itself (SciPy's O(nnz) transpose in the reader's loader:
-    # runtime/specialization.sparse_result_formats), while writing it as CSC loops its own
+    # runtime/operand_orders.sparse_result_formats), while writing it as CSC loops its own
     # step the other way round (a sparse vector it reads then walked once per outer
     # coordinate: t1[b,a] = T1[b,a] * t0[b] as CSC, 24,839 entries, ran 232 ms, est. 0.4)
     transposed: set[int] = set()

@@ -24,8 +24,8 @@ from . import fast_paths
 from . import specialization as _spec
 from .memref import ArgPacker
 from .operands import aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound, own_widths
-from .specialization import (Compiled, _result_dtype, _without_coiterated_blocks, gpu_formats, sparse_result_formats,
-                             specialize)
+from .operand_orders import sparse_result_formats
+from .specialization import Compiled, _result_dtype, _without_coiterated_blocks, gpu_formats, specialize
 from .validate import check_widths, validate
 
 
