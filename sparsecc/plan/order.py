@@ -227,25 +227,123 @@ def walks(loop, leaves: list[TensorStats], dense: list[bool], layouts, skip=()) 
 
 
 def extra_ops(terms, leaves: list[TensorStats], dense: list[bool], layouts, out, products: float,
-              out_sparse: bool = False, skip=()) -> float:
+              out_sparse: bool = False, skip=(), runtime: bool = True) -> float:
     """The operations a nest spends walking beyond its ``products`` (module docstring): 0
     where every sparse factor is read in its order, or no order can be scheduled.  Where the
     sparsifier converts a factor to break a cycle (:func:`schedule`), the copy's operations
     (a sort of its entries) count, and its walks are those of the converted layout.
     ``skip``: factors stored in the order the loops visit them (intermediates): never
     converted, but a level of theirs under a loop over an index they do not carry is walked
-    all the same (``t0[b]`` read inside a loop over ``a``)."""
+    all the same (``t0[b]`` read inside a loop over ``a``).  A sparse result's kernel reads its
+    operands as the runtime stores them (:func:`runtime_reads`; ``runtime=False``: as stored,
+    for a product a masked nest reads, which is never a kernel's result)."""
     if all(lay is None for lay in layouts):
         return 0.0
+    reorder = 0.0
+    if out_sparse and runtime:
+        layouts, reorder = runtime_reads(terms, leaves, dense, layouts, out, skip)
     loop, conv = schedule(terms, layouts, out, out_sparse)
     if loop is None:
-        return 0.0
-    copy = 0.0
+        return reorder
+    copy = reorder
     layouts = [converted(lay, loop) if k in skip and lay is not None else lay for k, lay in enumerate(layouts)]
     if conv is not None and conv not in skip:
         nnz = float(leaves[conv].nnz)
-        copy = nnz * _cost.INSERT_OPS + REORDER_PAIR_OPS * nnz ** 2
+        copy = nnz * (_cost.INSERT_OPS + CYCLE_SORT_OPS * math.log2(max(2.0, nnz)))
     return max(0.0, walks(loop, leaves, dense, layouts) - products) + copy
+
+
+def _crossed(loop, terms) -> bool:
+    """Whether a loop of ``loop`` after the first is carried by no term that also carries a
+    loop outside it (``runtime/operand_orders._crossed``)."""
+    sets = [set(t) for t in terms]
+    return any(not any(i in t and t & set(loop[:p]) for t in sets) for p, i in enumerate(loop) if p)
+
+
+def runtime_loop(terms, sparse, out) -> tuple[tuple[str, ...], bool] | None:
+    """The order a kernel with a summed index into a sparse result stores its operands in
+    (``runtime/operand_orders._row_wise_orders``): Gustavson's (the result's indices, the
+    summed ones just before the last), or the output-first order where Gustavson's crosses
+    loops no operand joins, the output-first does not and each summed index belongs to one
+    sparse term (``sparse``: per term), or the result is a vector with one summed index and the
+    output-first order crosses nothing; and whether operands carrying a summed index then run
+    with compressed outer levels (two summed indices or more).  None: no summed index."""
+    out = list(out)
+    summed = [i for i in dict.fromkeys(i for t in terms for i in t) if i not in out]
+    if not summed or not out:
+        return None
+    gustavson = out[:-1] + summed + out[-1:]
+    if len(out) == 1 and len(summed) == 1 and not _crossed(out + summed, terms):
+        return tuple(out + summed), False       # a sparse vector with one sum: a scalar per entry
+    owners = [[k for k, t in enumerate(terms) if i in t] for i in summed]
+    if (all(len(o) == 1 and sparse[o[0]] for o in owners) and _crossed(gustavson, terms)
+            and not _crossed(out + summed, terms)):
+        if len(summed) == 1:
+            return tuple(out + summed), False
+        if all(out[0] in terms[o[0]] for o in owners):
+            return tuple(out + summed), True
+    return tuple(gustavson), False
+
+
+def runtime_reads(terms, leaves: list[TensorStats], dense: list[bool], layouts, out, skip=()):
+    """The layouts a kernel with a sparse result reads its sparse operands in, and what
+    storing them so costs: the runtime stores every operand of a kernel with a summed index
+    in :func:`runtime_loop`'s order, and each operand of one without whose levels run against
+    the result's in the result's order (``runtime/operand_orders.sparse_result_formats``);
+    the sparsifier then finds no cycle to break with its own (quadratic) conversion.  Rank 2:
+    SciPy's transpose (:data:`REORDER_OPS` an entry, as a copy's); higher ranks: a sort
+    (:data:`SORT_OPS`).  ``skip``: intermediates (stored as their reader loops)."""
+    out = tuple(out)
+    got = runtime_loop(terms, [lay is not None and not d for lay, d in zip(layouts, dense)], out)
+    if got is None:
+        loop = out + tuple(i for i in dict.fromkeys(i for t in terms for i in t) if i not in out)
+        compress = False
+    else:
+        loop, compress = got
+    new, ops = list(layouts), 0.0
+    for k, lay in enumerate(layouts):
+        if lay is None or k in skip:
+            continue
+        if got is None and [i for i in lay.levels if i in out] == [i for i in out if i in lay.levels]:
+            continue                    # (no sum: read as stored unless against the result)
+        want = tuple(sorted(lay.levels, key=loop.index))
+        carries_sum = compress and any(i not in out for i in lay.levels)
+        if want == lay.levels and not carries_sum:
+            continue
+        n = float(leaves[k].nnz)
+        if len(want) == 2:
+            kinds = (True, True) if carries_sum else ((True, True) if lay.compressed[0] else (False, True))
+            new[k] = Layout(want, (kinds if not lay.nonunique else lay.compressed), lay.nonunique)
+            ops += REORDER_OPS * n if want != lay.levels else n
+        else:
+            new[k] = Layout(want, lay.compressed, lay.nonunique)
+            ops += SORT_OPS * n * math.log2(max(2.0, n)) if want != lay.levels else 0.0
+    return new, ops
+
+
+#: operations per entry and per halving (``log2`` of its entries) of the loader's sort of a
+#: COO intermediate of rank 3 or more that a step reads in another order than it is stored
+#: (:func:`resort_ops`).  Measured, one thread: 249,398 entries of rank 3, 16 ms
+SORT_OPS = 2.0
+
+
+def resort_ops(terms, leaves: list[TensorStats], dense: list[bool], out, intermediates=()) -> float:
+    """The operations the runtime spends sorting the ``intermediates`` (positions) of rank 3 or
+    more that a step with a summed index into a sparse result reads in another order than
+    stored: it stores every operand in :func:`runtime_loop`'s order (an intermediate is stored
+    in its own step's order, its indices as its statistics list them)."""
+    got = runtime_loop(terms, [not d for d in dense], out)
+    if got is None:
+        return 0.0
+    loop = list(got[0])
+    ops = 0.0
+    for k in intermediates:
+        st, t = leaves[k], tuple(terms[k])
+        if dense[k] or len(t) < 3 or t == tuple(sorted(t, key=loop.index)):
+            continue
+        n = float(st.nnz)
+        ops += SORT_OPS * n * math.log2(max(2.0, n))
+    return ops
 
 
 def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
@@ -262,18 +360,26 @@ def conversions(st: TensorStats, lay: Layout) -> list[tuple[str, Layout]]:
     return out
 
 
-#: operations per pair of entries of a conversion that reorders its operand's levels (CSR to
-#: CSC, COO to CSC, a cycle broken inside a kernel: MLIR's ``sparse_tensor.convert`` through an
-#: unordered COO and a sort).  Measured, one thread, ``t[i,j] = A[i,j]`` CSR -> CSC: 16.7k
-#: entries 1.35 ms, 160k 140-180 ms, 400k 0.99 s - quadratic in the entries (heap or quick sort
-#: alike; not found why), while COO -> CSR in its own order takes 0.16 / 0.8 / 2.8 ms
-REORDER_PAIR_OPS = 3e-3
+#: operations per entry and per halving (``log2`` of its entries) of a conversion inside a
+#: kernel that reorders an operand's levels (a cycle of levels the sparsifier breaks: MLIR's
+#: ``sparse_tensor.convert`` through an unordered COO and a sort).  Measured, one thread,
+#: ``ab,ba->`` over CSR (``T1`` converted): 4.5k entries 0.34 ms (the same without the cycle
+#: 0.04), 16k 1.4, 64k 6.6, 128k 20, 256k 47 - n log n, not the square of the entries rated
+#: before (that was a sparse *result* converted inside its kernel: 160k entries ~150 ms, gone:
+#: ``specialization.csc_built_as_csr``)
+CYCLE_SORT_OPS = 3.5
+#: operations per entry a copy step spends reordering its operand's levels beyond its inserts:
+#: the runtime reads the operand in the result's order (SciPy's O(nnz) transpose of CSR/CSC,
+#: a column sort of COO: ``operand_orders._result_order_reads``), the kernel copies in order.
+#: Measured, one thread, CSR -> CSC: 16k entries 0.30 ms, 160k 2.5, 400k 7.9; COO -> CSC 0.43 /
+#: 4.1 / 16 (``cost.step_cost`` of the copy without it: 0.2 / 2.0 / 5.0 ms)
+REORDER_OPS = 6.0
 
 
 def conversion_cost(st: TensorStats, itemsize: int, reorders: bool = False) -> _cost.Cost:
     """A copy step into CSR/CSC: read the operand, insert its entries (a few operations
-    each), write the result; ``reorders``: its levels change order (:data:`REORDER_PAIR_OPS`)."""
+    each), write the result; ``reorders``: its levels change order (:data:`REORDER_OPS`)."""
     ops = float(st.nnz) * _cost.INSERT_OPS
     if reorders:
-        ops += REORDER_PAIR_OPS * float(st.nnz) ** 2
+        ops += REORDER_OPS * float(st.nnz)
     return _cost.step_cost([(st, False)], st, False, ops, itemsize)

@@ -71,6 +71,7 @@ class Search:
             for i in st.indices:
                 self._carriers[i] = self._carriers.get(i, 0) | (1 << k)
         self._all = (1 << self.n) - 1
+        self.masking = False            # rating the product a masked nest reads (its root is no kernel's)
 
     def estimate(self, a: TensorStats, b: TensorStats, indices: tuple[str, ...]) -> TensorStats:
         """``stats.estimate(a, b, indices)``, once per operands and indices (:data:`MEMO`)."""
@@ -168,10 +169,11 @@ class Search:
         if bound is not None and (a.cost + b.cost + step).seconds >= bound:
             return None             # (the walks only add to it)
         step = step + self.reads([a.tree, b.tree], [a.stats, b.stats], [a.dense, b.dense], indices, products,
-                                 not dense)[0]
+                                 not dense, not (root and self.masking))[0]
         return Node((a.tree, b.tree), st, dense, a.cost + b.cost + step)
 
-    def reads(self, trees, stats, dense, indices, products, out_sparse: bool = False) -> tuple[_cost.Cost, dict]:
+    def reads(self, trees, stats, dense, indices, products, out_sparse: bool = False,
+              runtime: bool = True) -> tuple[_cost.Cost, dict]:
         """What a step over ``trees`` (leaves: ints) spends reading its sparse leaves against
         their stored order (``order.extra_ops``), and which leaves it converts first instead
         (position -> format, where the copy costs less than the walk: ``order.conversion``).
@@ -184,8 +186,10 @@ class Search:
             return _cost.ZERO, {}
         terms = [s.indices for s in stats]
         skip = tuple(k for k, t in enumerate(trees) if not isinstance(t, int))
-        extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip)
-        best = (_cost.Cost(0.0, extra), {})
+        # (a rank-3+ intermediate the runtime re-sorts into the step's order: every option pays it)
+        resort = _order.resort_ops(terms, stats, dense, indices, skip) if out_sparse and skip and runtime else 0.0
+        extra = _order.extra_ops(terms, stats, dense, layouts, indices, products, out_sparse, skip, runtime)
+        best = (_cost.Cost(0.0, extra + resort), {})
         if extra <= 0:
             return best
         for k, lay in enumerate(layouts):
@@ -199,7 +203,8 @@ class Search:
                 if _order.loop_order(terms, trial, indices, out_sparse) is None:
                     continue            # levels in a cycle: the emitter would convert again
                 c = _order.conversion_cost(stats[k], self.itemsize, new.levels != lay.levels) + _cost.Cost(
-                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip))
+                    0.0, _order.extra_ops(terms, stats, dense, trial, indices, products, out_sparse, skip, runtime)
+                    + resort)
                 if c.seconds < best[0].seconds:
                     best = (c, {k: fmt})
         return best
@@ -329,7 +334,8 @@ def _step_share(search: Search, st: TensorStats, root: bool) -> tuple[bool, floa
     rated cost is never below it: ``Search.combine`` adds non-negative terms to them)."""
     dense = search.result_dense if root else search._dense(st)
     out_bytes = _cost.tensor_bytes(st, dense, search.itemsize) * (1 if dense else 2)
-    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS)) + _cost.STEP_OVERHEAD_S * _cost.OPS_PER_S)
+    ops = ((0.0 + (0.0 if dense else st.nnz * _cost.INSERT_OPS))
+           + (_cost.STEP_OVERHEAD_S + (0.0 if dense else _cost.SPARSE_RESULT_OVERHEAD_S)) * _cost.OPS_PER_S)
     return dense, out_bytes, ops
 
 
@@ -351,7 +357,8 @@ def _cheapest(search: Search, splits: list, indices: tuple[str, ...], root: bool
                 found = node
         return found
     # cost.step_cost(kids, st, dense, 0.0, item) and Cost.seconds, spelt out (the same sums in
-    # the same order: equal floats), the result's share once for all splits
+    # the same order: equal floats, but for a rank-3 result's COO_SUM_INSERT_OPS, left out: a
+    # lower bound still), the result's share once for all splits
     _, out_bytes, ops = share if share is not None else _step_share(search, st, root)
     item = search.itemsize
     bw, rate = _cost.BANDWIDTH, _cost.OPS_PER_S
@@ -505,7 +512,8 @@ def single_cost(search: Search, handwritten: bool = False) -> _cost.Cost:
     point = 1.0
     if not search.result_dense:
         point = _cost.SPARSE_NEST_POINT_OPS
-        if not handwritten and _order.reduces_inside(_order.schedule(terms, search.layouts, out, True)[0], out):
+        lays = _order.runtime_reads(terms, search.leaves, search.leaf_dense, search.layouts, out)[0]
+        if not handwritten and _order.reduces_inside(_order.schedule(terms, lays, out, True)[0], out):
             point = 1.0
             if search.n > 1:        # the entries the result stores: the product reduced onto out
                 rest = search.leaves[0]

@@ -249,8 +249,15 @@ def _make_plan(stmt: Statement, stats, dense, result_format: str, itemsize: int,
                            f"{single.seconds * 1e3:.3g} ms, the cheapest steps est. {best.cost.seconds * 1e3:.3g} ms",
                          single, n)
     how = "greedy" if (greedy or (greedy is None and n > _path.EXHAUSTIVE_UP_TO)) else "exhaustive"
-    return _build(stmt, prod, search, best.tree, result_format, itemsize,
-                  f"cheapest order ({how} search over {n} factors)", single)
+    built = _build(stmt, prod, search, best.tree, result_format, itemsize,
+                   f"cheapest order ({how} search over {n} factors)", single)
+    # the steps as built (their formats, copies and orders chosen) against the one nest again:
+    # the search rates each intermediate stored in the order its reader loops
+    if built.seconds > single.seconds:
+        return _one_nest(stmt, prod, search, result_format, itemsize,
+                         f"one loop nest: est. {single.seconds * 1e3:.3g} ms, the cheapest steps as built est. "
+                         f"{built.seconds * 1e3:.3g} ms", single, n)
+    return built
 
 
 def _one_nest(stmt: Statement, prod: _path.Product, search: _path.Search, result_format: str, itemsize: int,
@@ -351,8 +358,21 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             order[id(node)] = tuple(sorted(info[id(node)][1].indices, key=loop.index))
     natural(tree)
     natural = None          # (each recursive closure's cell let go: no cycle for the collector)
-    # where the step reading an intermediate loops over it the other way round: CSC
+    # where the step reading an intermediate loops over it the other way round: CSC - unless
+    # the intermediate is an element-wise product and its reader's result is sparse: the
+    # runtime reads it transposed itself (SciPy's O(nnz) transpose in the reader's loader:
+    # runtime/operand_orders.sparse_result_formats), while writing it as CSC loops its own
+    # step the other way round (a sparse vector it reads then walked once per outer
+    # coordinate: t1[b,a] = T1[b,a] * t0[b] as CSC, 24,839 entries, ran 232 ms, est. 0.4)
     transposed: set[int] = set()
+
+    def elementwise(node) -> bool:
+        kids = set(i for c in node for i in (search.leaves[c].indices if isinstance(c, int)
+                                               else info[id(c)][1].indices))
+        return set(info[id(node)][1].indices) == kids
+
+    def sparse_result(node) -> bool:
+        return result_format != "dense" if node is tree else not search.dense_allowed(info[id(node)][1])
 
     def readers(node):
         if isinstance(node, int):
@@ -362,7 +382,8 @@ def _build(stmt: Statement, prod: _path.Product, search: _path.Search, tree, res
             if not isinstance(c, int):
                 want = tuple(sorted(order[id(c)], key=loop.index))
                 # (a masked nest of three or more inputs finds its own loop order)
-                if len(want) == 2 and want != order[id(c)] and len(node) == 2:
+                if len(want) == 2 and want != order[id(c)] and len(node) == 2 and not (
+                        elementwise(c) and sparse_result(node)):
                     transposed.add(id(c))
                 readers(c)
     readers(tree)
@@ -514,9 +535,9 @@ def _products(kids_stats) -> float:
 def _conversions(search: _path.Search, kids, idx, out_sparse: bool, products, pairs) -> tuple[_cost.Cost, dict]:
     """What a step over ``kids`` (statistics and storage ``pairs``) spends reading its sparse
     leaves, and which it converts first into the order it reads them (positions in ``kids``:
-    ``Search.reads``; the cost includes the copies).  ``products``: :func:`_products`."""
-    if len(kids) != 2:
-        return _cost.ZERO, {}           # (a masked nest of three or more inputs finds its own order)
+    ``Search.reads``; the cost includes the copies).  A masked nest of three or more inputs
+    too: the sparsifier orders its loops as any nest's (``order.schedule``).  ``products``:
+    :func:`_products`."""
     return search.reads(list(kids), [s for s, _ in pairs], [d for _, d in pairs], tuple(idx), products(pairs),
                         out_sparse)
 

@@ -30,7 +30,7 @@ from .loader import STATS, Loaded
 from . import memref as _memref
 from .memref import describe as describe_array, specifier
 from .operands import INT32_MAX, as_operand, index_dtypes, nnz_bound
-from .results import release, result_view, wrap
+from .results import as_csc, release, result_view, wrap
 from .specialization import _check_blocks, huge_dimension
 from .validate import SMALL, check_deferred, small_compressed_ok_typed, compressed_structure_ok_typed, known_orders, validate
 from .fast_call import _fast_source
@@ -171,8 +171,9 @@ def _call_general(self, args, kwargs):
             release(result_view(out_fmt, block, plan.packer.result_at))
         _failed(self.source, rc, defer)
     del operands
-    return wrap(out_fmt, tuple(out_shape), plan.out_dtype,
-                result_view(out_fmt, block, plan.packer.result_at), self.prune)
+    got = wrap(out_fmt, tuple(out_shape), plan.out_dtype, result_view(out_fmt, block, plan.packer.result_at),
+               self.prune)
+    return as_csc(got) if plan.transposed else got
 
 
 def _flagless(x):
@@ -248,7 +249,7 @@ def _fast_call(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_key
     namespace = {"_MISS": _MISS, "_kmod": kernel._limits, "_ndarray": np.ndarray, "_zeros": np.empty if fills else np.zeros, "_spec": _spec, "_STATS": STATS,
                  "_small_ok": small_compressed_ok_typed, "_structure_ok": compressed_structure_ok_typed, "_SMALL": SMALL, "_validate": validate, "_failed": _failed, "_release": release,
                  "_check_deferred": check_deferred, "_GUARDED": plan.guarded,
-                 "_wrap": wrap, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
+                 "_wrap": wrap, "_as_csc": as_csc, "_result_view": result_view, "_word": _memref._word, "_HEADER": _memref._HEADER,
                  "_address": _memref.address, "_pack_into": plan.packer.struct.pack_into,
                  "_MINE": plan.packer._mine, "_BLOCK": plan.packer.block, **consts}
     exec(source, namespace)     # noqa: S102 - our own source, made from the plan

@@ -153,5 +153,6 @@ def _fast_source(kernel, info: _CallInfo, plan: _Plan, keys, wide, huge, shape_k
     if dense_out:
         lines.append("return out" if out_dims else "return out[()]")
     else:
-        lines.append(f"return _wrap(_OUTF, {out_shape}, _ODT, _result_view(_OUTF, block, _RAT), kernel.prune)")
+        got = f"_wrap(_OUTF, {out_shape}, _ODT, _result_view(_OUTF, block, _RAT), kernel.prune)"
+        lines.append(f"return _as_csc({got})" if plan.transposed else f"return {got}")
     return "def fast(kernel, args):\n" + "".join(f"    {ln}\n" for ln in lines), consts

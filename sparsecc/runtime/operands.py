@@ -455,6 +455,21 @@ def _storage(x, fmt: Format, what: str) -> Storage:
         if flip is not None and fmt.block is None and fmt.levels == _SAME[flip].levels \
                 and fmt.order == _SAME[flip].order:
             return _storage(x.tocsc() if flip == "csc" else x.tocsr(), fmt, what)
+        if flip is not None and fmt.block is None and fmt.levels == ("compressed", "compressed"):
+            # DCSR/DCSC (a sparse result's operand with its summed loops inside): the
+            # non-empty rows and their index pointers, O(rows + nnz), no sort
+            if fmt.order != _SAME[x.format].order:
+                return _storage(x.tocsc() if flip == "csc" else x.tocsr(), fmt, what)
+            if not x.has_canonical_format:
+                x = x.copy()
+                x.sum_duplicates()
+            f = _resolve_widths(fmt, x, shape)
+            ptr = np.asarray(x.indptr)
+            rows = np.flatnonzero(ptr[1:] != ptr[:-1])
+            return Storage(f, shape, [_idx(np.array([0, rows.size]), f.pos_width), _idx(rows, f.crd_width),
+                                      _idx(np.concatenate([ptr[:1], ptr[rows + 1]]), f.pos_width),
+                                      _idx(x.indices, f.crd_width), np.ascontiguousarray(x.data)],
+                           [shape[fmt.order[0]], shape[fmt.order[1]]])
     if _coo_fast(x, fmt):
         f = _resolve_widths(fmt, x, shape)
         pos = np.array([0, x.nnz], dtype=np.int32 if f.pos_width == 32 else np.int64)
@@ -472,6 +487,19 @@ def _storage(x, fmt: Format, what: str) -> Storage:
                        [shape[0] // R, shape[1] // C, R, C])
     if sp.issparse(x) and x.format == "coo" and x.ndim >= 2 and _is_coo_layout(fmt, x.ndim):
         return _storage(coalesce(x), fmt, what)   # canonical now: the zero-copy path above
+    if sp.issparse(x) and x.ndim == 2 and x.format in ("coo", "csr", "csc") and fmt.block is None \
+            and fmt.levels == _coo(2).levels and fmt.order == (1, 0) and shape[1] <= 4 * x.nnz + (1 << 16):
+        # COO sorted by column (an operand read in a transposed result's order): SciPy's
+        # O(nnz + columns) CSC (duplicates summed), its coordinates (52,737 entries: 0.4 ms;
+        # sorting them 1.2-8 ms); not where the columns outnumber the entries by far
+        y = x.tocsc()
+        if not y.has_canonical_format:
+            y = y.copy()
+            y.sum_duplicates()
+        f = _resolve_widths(fmt, y, shape)
+        cols = np.repeat(np.arange(shape[1]), np.diff(y.indptr))
+        return Storage(f, shape, [_idx(np.array([0, y.nnz]), f.pos_width), _idx(cols, f.crd_width),
+                                  _idx(y.indices, f.crd_width), np.ascontiguousarray(y.data)], [shape[1], shape[0]])
     coords, vals = _coords(x)
     return _build_levels(fmt, shape, coords, np.ascontiguousarray(vals, dtype=row.numpy), what)
 
@@ -490,7 +518,16 @@ def _build_levels(fmt: Format, shape, coords: np.ndarray, vals: np.ndarray, what
             lvl_crd.append(c); lvl_size.append(shape[d])
     nnz = vals.shape[0]
     if lvl_crd and nnz:
-        perm = np.lexsort(lvl_crd[::-1])
+        if math.prod(max(1, s) for s in lvl_size) < 1 << 62:
+            # one key per entry (the coordinates are distinct: canonical), sorted: lexsort
+            # over two levels of 52,737 entries took 8 ms, this 1.2
+            key = lvl_crd[0].copy()
+            for c, s in zip(lvl_crd[1:], lvl_size[1:]):
+                key *= s
+                key += c
+            perm = np.argsort(key)
+        else:
+            perm = np.lexsort(lvl_crd[::-1])
         lvl_crd = [c[perm] for c in lvl_crd]
         vals = vals[perm]
     w = fmt.pos_width or _index_width(fmt, shape, nnz)

@@ -24,8 +24,8 @@ from . import fast_paths
 from . import specialization as _spec
 from .memref import ArgPacker
 from .operands import aos_like, as_operand, coo_aos, default_format, index_dtypes, loader, nnz_bound, own_widths
-from .specialization import (Compiled, _for_sparse_result, _result_dtype, _without_coiterated_blocks, gpu_formats,
-                             inexact_pattern, sparse_result_orders, specialize)
+from .operand_orders import sparse_result_formats
+from .specialization import Compiled, _result_dtype, _without_coiterated_blocks, gpu_formats, inexact_pattern, specialize
 from .validate import check_widths, validate
 
 
@@ -145,6 +145,7 @@ class _Plan:
     library: dict | None
     formats: tuple[Format, ...]     # widths resolved
     out_fmt: Format | None
+    transposed: bool                # the result, built as ``out_fmt`` (CSR), is returned as CSC
     loaders: tuple                  # per operand: operands.load_*
     converts: tuple | None          # per operand: the dtype its values are converted to
     size_slots: tuple[int, ...]     # the kernel's size arguments, as slots of the call's sizes
@@ -217,10 +218,15 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> _Plan:
     out_shape = tuple(sizes[j] for j in info.out_slots)
     out_fmt = self._result_format(frozenset(n for n, f in zip(ops, fmts) if not f.is_dense), out_shape,
                                   bool(wide and wide[2]))
+    # a contraction's CSC result is built as CSR and transposed by SciPy (O(nnz)): MLIR 22's
+    # conversion inside the kernel grew with the square of the entries
+    transposed = (out_fmt is not None and not huge and self._library is None and self.options.device == "cpu"
+                  and _spec.csc_built_as_csr(self.stmt, out_fmt))
+    if transposed:
+        out_fmt = _spec._in_dimension_order(out_fmt)
     if out_fmt is not None and (huge or self.options.device != "cpu"
                                 or not fast_paths.reads_transposed(self.stmt, fmts, tuple(dtypes), out_fmt)):
-        orders = sparse_result_orders(self.stmt, fmts, huge)
-        fmts = [_for_sparse_result(f, orders.get(n), huge) for n, f in zip(ops, fmts)]
+        fmts = sparse_result_formats(self.stmt, fmts, huge, out_fmt, self._library is not None)
     fmts = [f if f.is_dense else self._operand_widths(f, x, shape, what, wide and wide[0][k])
             for k, (f, x, shape, what) in enumerate(zip(fmts, values, shapes, info.whats))]
     out = _result_dtype(self.stmt, tuple(dtypes))
@@ -250,7 +256,7 @@ def prepare(self, values, keys, shapes, sizes, wide, huge=False) -> _Plan:
     sig = comp.signature
     layout = [len(s) if f.is_dense else (len(f.fields()), len(f.levels)) for f, s in zip(formats, shapes)]
     out_layout = (len(out_fmt.fields()), len(out_fmt.levels)) if out_fmt is not None else len(out_shape)
-    return _Plan(comp=comp, key=key, library=self._library, formats=formats, out_fmt=out_fmt,
+    return _Plan(comp=comp, key=key, library=self._library, formats=formats, out_fmt=out_fmt, transposed=transposed,
                  guarded=_guarded_operands(comp, values, formats, len(sig.index_order)),
                  loaders=tuple(loader(x, f) for x, f in zip(values, formats)),
                  converts=tuple(converts) if any(c is not None for c in converts) else None,

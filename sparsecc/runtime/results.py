@@ -142,6 +142,16 @@ def wrap(fmt: Format, shape: tuple[int, ...], dtype: np.dtype, res, prune: bool 
     return out
 
 
+def as_csc(a):
+    """A kernel's CSR result ``a`` stored as CSC (SciPy's O(nnz) transposition of its
+    buffers), built as a CSC result is (:func:`_compressed`): a contraction's CSC result is
+    built as CSR (``specialization.csc_built_as_csr``)."""
+    y = a.tocsc()
+    if y.indices.dtype == _I32 and y.indptr.dtype == _I32 and _direct(sp.csc_array):
+        return _compressed(sp.csc_array, y.data, y.indices, y.indptr, a.shape)
+    return _canonical(y)
+
+
 def _canonical(a):
     if a.format in ("csr", "csc"):
         a.has_sorted_indices = True
@@ -230,8 +240,57 @@ def _scipy(fmt: Format, shape, bufs, lvl_sizes):
             perm = np.lexsort(dims[::-1])
             dims = [c[perm] for c in dims]
             val = val[perm]
-    out = sp.coo_array((val, tuple(c.astype(idx, copy=False) for c in dims)), shape=shape)
-    return _canonical(out)
+    coords = tuple(c.astype(idx, copy=False) for c in dims)
+    direct = _coo_direct(fmt.rank, np.dtype(idx))
+    if direct is not None:
+        return _coo(val, tuple(c.astype(direct[0], copy=False) for c in coords), shape, direct[1])
+    return _canonical(sp.coo_array((val, coords), shape=shape))
+
+
+_coo_constant: dict = {}        # (rank, index dtype) -> (the coordinates' dtype, constant attributes) or False
+
+
+def _coo(val, coords, shape, constant):
+    """``_canonical(sp.coo_array((val, coords), shape=shape))`` for a kernel's own result
+    (canonical by construction, coordinates in the dtype the constructor would give them)
+    without the constructor's checks, which cost about 40 us a call (a sparse vector step of
+    a plan: 100 us against 10 for a dense one): its attributes set as the constructor sets
+    them (``constant``: :func:`_coo_direct`'s)."""
+    a = sp.coo_array.__new__(sp.coo_array)
+    d = a.__dict__
+    d.update(constant)
+    d["_shape"] = tuple(int(n) for n in shape)
+    d["coords"], d["data"] = coords, val
+    d["has_canonical_format"] = True
+    return a
+
+
+def _coo_direct(rank: int, idx: np.dtype):
+    """``(the coordinates' dtype, constant attributes)`` with which :func:`_coo` builds what
+    SciPy's constructor builds for a canonical rank-``rank`` result with ``idx`` coordinates
+    (checked once per process against the constructor, never assumed), or None (then the
+    constructor, always)."""
+    got = _coo_constant.get((rank, idx))
+    if got is None:
+        got = False
+        try:
+            val = np.array([1.0, 2.0])
+            coords = tuple(np.array([0, 1], idx) for _ in range(rank))
+            shape = (3,) * rank
+            ref = _canonical(sp.coo_array((val, coords), shape=shape))
+            attrs = vars(ref)
+            kind = ref.coords[0].dtype
+            if rank and set(attrs) == {"_shape", "coords", "data", "has_canonical_format", "maxprint"} and \
+                    all(c.dtype == kind for c in ref.coords) and ref.data is val:
+                constant = {"maxprint": attrs["maxprint"]}
+                a = _coo(val, tuple(c.astype(kind) for c in coords), shape, constant)
+                if (vars(a).keys() == attrs.keys() and type(a) is type(ref) and a.shape == ref.shape
+                        and a.nnz == ref.nnz and np.array_equal(a.toarray(), ref.toarray()) and repr(a) == repr(ref)):
+                    got = (kind, constant)
+        except Exception:       # noqa: BLE001 - another SciPy: the constructor, always
+            got = False
+        _coo_constant[(rank, idx)] = got
+    return got or None
 
 
 def _prune(a):

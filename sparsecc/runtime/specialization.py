@@ -5,8 +5,8 @@ options, to a loaded kernel - and the workarounds that get MLIR 22 to compile it
   split into one generic per sparse operation, then a sparse result built in another
   level order and converted inside the kernel;
 - format planning: the formats operands run in when MLIR 22 cannot co-iterate or build
-  what was asked (block-sparse operands, dense levels below sparse ones, contraction
-  operands stored row-wise for Gustavson's loop order), and the refused block results;
+  what was asked (block-sparse operands, dense levels below sparse ones; a sparse result's
+  operands in its loops' order: ``operand_orders.py``), and the refused block results;
 - the table of loaded specializations (memory cache) over ``loader.load_module``, and the
   ahead-of-time hooks (``compile_specialization``, ``result_format_for``,
   ``loaded_specialization``) that ``runtime/aot/`` builds on.
@@ -30,6 +30,7 @@ from ..options import Options
 from ..patterns import check_sparse_result, default_result_format
 from . import compiler, fast_paths, targets
 from .loader import STATS, load_module, read_stages
+from .operand_orders import _CSR, _compressed_outer, _dense_prefix, sparse_result_formats
 
 #: loaded specializations by (statement, formats, dtypes, options, result format); the call
 #: path (runtime/call.py) checks its plans against this table, so clearing it (as a new
@@ -170,36 +171,6 @@ def _attempts(stmt: Statement, formats: tuple[Format, ...], out_format: Format |
     return tuple(attempts)
 
 
-def _compressed_outer(f: Format) -> Format:
-    """``f`` with its leading dense levels compressed (CSR -> DCSR)."""
-    levels = list(f.levels)
-    for l in range(len(levels)):
-        if f.level_base(l) != "dense":
-            break
-        levels[l] = "compressed"
-    return Format(tuple(levels), f.order, None, f.pos_width, f.crd_width)
-
-
-def sparse_result_orders(stmt: Statement, formats, huge: bool = False) -> dict:
-    """The storage order of each operand of a contraction with a sparse result
-    (:func:`_row_wise_orders`).  In a ``huge`` call with one sparse operand (``ij->j``),
-    the result's indices come first and the summed ones last: Gustavson's order would
-    expand the result's last index into a dense row of its size (a workspace of 17 bytes
-    per element of that dimension) while the work is O(stored entries); in this order the
-    operand runs as COO sorted by the result's indices and the result is inserted in order."""
-    if huge and isinstance(stmt.expr, Reduce) and sum(not f.is_dense for f in formats) == 1:
-        return _output_first_orders(stmt)
-    return _row_wise_orders(stmt)
-
-
-@lru_cache(maxsize=None)
-def _output_first_orders(stmt: Statement) -> dict:
-    loop = list(stmt.indices) + [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices)
-                                 if i not in stmt.indices]
-    return {a.tensor: tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
-            for a in accesses(stmt.expr) if len(set(a.indices)) == len(a.indices)}
-
-
 def _attempts_in_order(stmt: Statement, formats: tuple[Format, ...], out_format: Format | None) -> list:
     attempts = [(False, None), (True, None)]
     if out_format is None:
@@ -228,20 +199,6 @@ def huge_dimension(sizes, counts) -> bool:
     """``sizes``: the index sizes of a call; ``counts``: each operand's stored entries (its
     element count when dense)."""
     return max(sizes, default=0) > HUGE_FACTOR * sum(counts) + HUGE_SLACK
-
-
-def _dense_prefix(f: Format, indices) -> frozenset:
-    """The indices whose sizes multiply into the positions of ``f``'s first sparse level
-    (its leading dense levels); empty for a dense format or one that starts sparse."""
-    if f.is_dense:
-        return frozenset(indices)
-    dims = f.level_dims()
-    out = []
-    for l in range(len(f.levels)):
-        if f.level_base(l) != "dense":
-            break
-        out.append(indices[dims[l][0]])
-    return frozenset(out)
 
 
 def _unpaid_temporaries(stmt: Statement, formats: tuple[Format, ...], out: Format, via: Format | None,
@@ -350,9 +307,7 @@ def result_format_for(k, formats: list[Format], width: int) -> tuple[Format | No
         return None, formats
     check_sparse_result(stmt, sparse)
     _check_block_result(fmt, sparse, None)
-    orders = _row_wise_orders(stmt)
-    formats = [_for_sparse_result(f, orders.get(n)).with_widths(width, width)
-               for n, f in zip(stmt.operands, formats)]
+    formats = [f.with_widths(width, width) for f in sparse_result_formats(stmt, formats, ahead_of_time=True)]
     return fmt.with_widths(width, width), formats
 
 
@@ -370,15 +325,22 @@ def loaded_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes: 
     return {(formats, dtypes, out_format): comp}
 
 
+def csc_built_as_csr(stmt: Statement, out_format: Format) -> bool:
+    """Whether a contraction's CSC result is built as CSR, then transposed by SciPy in
+    O(nnz) (``runtime/plans.prepare``): built in dimension order (Gustavson's loops, see
+    :func:`_attempts_in_order`), MLIR 22's conversion to CSC inside the kernel grew with the
+    square of the entries (``ij,jk->ik``, 5000^2 with 4 entries a row, 79,866 entries, 1
+    thread: 26 ms; as CSR 1.6 ms, SciPy's ``tocsc`` 0.7)."""
+    return (isinstance(stmt.expr, Reduce) and bool(stmt.expr.indices) and out_format.block is None
+            and out_format.rank == 2 and out_format.levels == ("dense", "compressed") and out_format.order == (1, 0))
+
+
 @lru_cache(maxsize=None)
 def _in_dimension_order(fmt: Format | None) -> Format | None:
     """``fmt`` with its levels in dimension order (CSC -> CSR), or None if it already is."""
     if fmt is None or fmt.block is not None or fmt.order == tuple(range(fmt.rank)):
         return None
     return Format(fmt.levels, None, None, fmt.pos_width, fmt.crd_width)
-
-
-_CSR = Format.csr()
 
 
 def gpu_formats(stmt: Statement, fmts: list[Format]) -> list[Format]:
@@ -420,57 +382,6 @@ def _without_coiterated_blocks(fmts: list[Format]) -> list[Format]:
     if sum(not f.is_dense for f in fmts) < 2 or all(f.block is None for f in fmts):
         return fmts
     return [_CSR if f.block is not None else f for f in fmts]
-
-
-def _for_sparse_result(f: Format, order: tuple[int, ...] | None, huge: bool = False) -> Format:
-    """The format an operand runs in when the result is sparse.  MLIR 22 fails on two kinds:
-    block-sparse operands (demapping the blocks leaves unresolved casts: run as CSR) and
-    dense levels below a sparse one (a transposed result from hybrid COO reads
-    uninitialized memory: run as COO over every dimension).  Operands of a contraction are
-    stored in ``order`` (see :func:`_row_wise_orders`); in a ``huge`` call (see
-    :func:`huge_dimension`) as COO in that order when the reordered levels would start
-    with a dense level over another dimension than the operand's own (a CSC operand stored
-    row-wise is CSR: positions the size of its rows)."""
-    if f.block is not None:
-        f = _CSR
-    if order is not None and not f.is_dense and f.order != order:
-        g = _reordered(f, order)
-        if huge and not _dense_prefix(g, range(f.rank)) <= _dense_prefix(f, range(f.rank)):
-            return Format(_coo_of(f.rank).levels, order, None, f.pos_width, f.crd_width)
-        f = g
-    bases = [f.level_base(l) for l in range(len(f.levels))]
-    sparse_levels = [k for k, b in enumerate(bases) if b != "dense"]
-    if sparse_levels and "dense" in bases[sparse_levels[0]:]:
-        return _coo_of(f.rank)
-    return f
-
-
-@lru_cache(maxsize=None)
-def _reordered(f: Format, order: tuple[int, ...]) -> Format:
-    return Format(f.levels, order, None, f.pos_width, f.crd_width)
-
-
-@lru_cache(maxsize=None)
-def _row_wise_orders(stmt: Statement) -> dict:
-    """For a contraction with a sparse result: the storage order of each operand that makes
-    Gustavson's loop order possible - the result's indices in order, with the summed indices
-    just before the last one (``ik,kj->ij``: i, k, j; ``ij,ik->jk``: j, i, k).  Any other
-    order leaves the sparsifier the inner-product order, which stores every entry."""
-    if not isinstance(stmt.expr, Reduce) or not stmt.expr.indices:
-        return {}
-    out = list(stmt.indices)
-    summed = [i for i in dict.fromkeys(i for a in accesses(stmt.expr) for i in a.indices) if i not in out]
-    loop = out[:-1] + summed + out[-1:]
-    orders = {}
-    for a in accesses(stmt.expr):
-        if a.tensor not in orders and len(set(a.indices)) == len(a.indices):
-            orders[a.tensor] = tuple(sorted(range(len(a.indices)), key=lambda d: loop.index(a.indices[d])))
-    return orders
-
-
-@lru_cache(maxsize=None)
-def _coo_of(rank: int) -> Format:
-    return Format.coo(rank)
 
 
 def _orders_of_operands(stmt: Statement, formats: tuple[Format, ...], out: Format) -> list[Format]:
