@@ -199,11 +199,6 @@ def _refuse_nested(kname, k, derivative: bool) -> None:
             if derivative else
             f"give example operands, sc.aot.Planned(kernel, operands), to build it as its steps ({steps}; "
             f"then the statement reading it), or give the kernel a dense result (out_format='dense')")
-    if "one index each" in split[1]:
-        raise SparseccError(f"{what} has a sparse result and a reduction over several indices whose one loop nest "
-                            f"would store entries without a term (MLIR 22 stores the reduction's identity there); "
-                            f"the JIT runs it one index a step: {todo} (docs/planning.md, Reductions over several "
-                            f"indices into a sparse result)")
     raise SparseccError(f"{what} has a sparse result and a nested reduction over a sparse operand, which the "
                         f"JIT computes as a sparse step of its own; a library builds one loop nest, where that "
                         f"reduction fills a dense temporary of the result's shape and the result would store "

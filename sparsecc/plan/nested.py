@@ -17,18 +17,16 @@ least one free index; only where the statement's result is sparse (a dense resul
 every entry whatever its temporaries).  Innermost first: a reduction inside a split one is
 a step of its own before it.
 
-A reduction over two or more indices into a sparse result - the statement's root, or a
-step's - is split one index a step where the sparsifier inserts each result entry directly
-after its reduction loops (every output loop outside them: :func:`outer_reduction`).  MLIR
-22's sparsifier marks an entry for insertion once a body of its *outermost* reduction loop
-runs, so where an inner reduction loop finds nothing (``y[i] = sum[j,k](A[i,j] * B[j,k])``
-with row ``j`` of B empty) it stores the monoid's identity at an entry that has no term: a
-stored 0, or ``-inf`` for ``max_plus``, where the pattern rules store nothing.  Split as
-``T[i,j] = sum[k](A[i,j] * B[j,k])``, then ``y[i] = sum[j](T[i,j])``, each step has one
-reduction loop and stores exactly the entries with a term.  Any monoid may be split so: the
-outer reduction reads only the entries the inner one stored.  Where a reduction loop runs
-before the result's last output loop, the sparsifier expands that level instead (SpGEMM's
-row workspace), which stores only what a body wrote: nothing is split.
+A reduction over two or more indices into a sparse result is split one index a step where
+the runtime found its one nest inexact (``force``: ``passes/rewrites.inexact_sparse_outputs``
+reads MLIR's sorted loops when the nest compiles).  MLIR 22's sparsifier marks an entry for
+insertion once a body of its *outermost* reduction loop runs, so where an inner reduction loop
+finds nothing (``y[i] = sum[j,k](A[i,j] * B[j,k])`` with row ``j`` of B empty) it stores the
+monoid's identity at an entry that has no term: a stored 0, or ``-inf`` for ``max_plus``,
+where the pattern rules store nothing.  Split as ``T[i,j] = sum[k](A[i,j] * B[j,k])``, then
+``y[i] = sum[j](T[i,j])``, each step has one reduction loop fewer; a step still inexact is
+split again when it compiles.  Any monoid may be split so: the outer reduction reads only the
+entries the inner one stored.
 """
 
 from __future__ import annotations
@@ -141,14 +139,15 @@ def split_root(e: Expr, out: tuple[str, ...], result_format: str, steps: list, s
 
 def outer_reduction(r: Reduce, out: tuple[str, ...], dense: dict[str, bool], formats: dict[str, str],
                     force: bool = False) -> str | None:
-    """The index of the outermost reduction loop of ``r``'s one nest into a sparse result
-    over ``out`` where that nest would store entries without a term (the loop order of
-    :func:`plan.order.schedule` has two or more reduction loops after the last output loop,
-    or one after it and one before it: ``passes/rewrites.inexact_sparse_outputs`` reads the
-    same from MLIR's sorted loops, and the runtime's answer ``force``s a split the order
-    here did not foresee); None where the nest stores exactly.  Where the operands' levels
-    form a cycle the order is not known, and the answer is the first index reduced (split:
-    always exact)."""
+    """Where ``force`` (the runtime found ``r``'s one nest into a sparse result over ``out``
+    inexact: ``passes/rewrites.inexact_sparse_outputs`` reads MLIR's sorted loops), the index
+    of its outermost reduction loop (:func:`plan.order.schedule`'s order: the intermediate then
+    holds at most the points the one nest visits at that depth; the first index reduced where
+    the operands' levels form a cycle); else None.  The plan cannot tell which nests need it:
+    the runtime orders a sparse result's operands itself (``runtime/operand_orders.py``) and
+    MLIR sorts the loops, so it is a fact of the compiled nest, never a guess here."""
+    if not force:
+        return None
     terms, layouts = [], []
     for a in accesses(r):
         if not a.indices:
@@ -160,17 +159,8 @@ def outer_reduction(r: Reduce, out: tuple[str, ...], dense: dict[str, bool], for
             fmt = formats.get(a.tensor) or _FORMAT.get(len(a.indices), "coo")
             layouts.append(layout_of(fmt, a.indices))
     order, _ = schedule(terms, layouts, out, True)
-    if order is None:
-        return r.indices[0]
-    reds = [i for i in order if i in r.indices]
-    if force:
-        return reds[0] if reds else r.indices[0]
-    outs = set(out)
-    last = max((k for k, i in enumerate(order) if i in outs), default=-1)
-    trailing = sum(1 for i in order[last + 1:] if i in r.indices)
-    if trailing >= 2 or (trailing and any(i in r.indices for i in order[:last])):
-        return reds[0]
-    return None
+    reds = [i for i in order or () if i in r.indices]
+    return reds[0] if reds else r.indices[0]
 
 
 def _step(r: Reduce, free: tuple[str, ...], steps: list) -> Access:

@@ -148,15 +148,13 @@ def make_plan(stmt: Statement, stats: dict[str, TensorStats], dense: dict[str, b
     operand's storage format by name (``"csr"``, ``"csc"``, ``"coo"``, ...; absent: read in
     order), so that a step reading one against its stored order costs what it walks, or
     converts it first (``order.py``).  ``split_reductions``: the one nest, compiled, would
-    store entries without a term in its sparse result (the runtime's fact: MLIR's sorted
-    loops; ``plan/nested.py``): its reductions run one index a step whatever the loop order
-    here says."""
+    store entries without a term in its sparse result (the runtime's fact, from MLIR's sorted
+    loops: ``plan/nested.py``), so its reductions run one index a step."""
     plan = _make_plan(stmt, stats, dense, result_format, itemsize, optimize, one_nest_handwritten, formats)
-    if len(plan.steps) == 1:
+    if split_reductions and len(plan.steps) == 1:
         # a one nest (or a product's flat form) reducing over several indices into a sparse
         # result that would store entries without a term: one index a step (nested.py)
-        split = _nested.split_one_nest(stmt, plan.steps[0], plan.single, dense, result_format, formats,
-                                       split_reductions)
+        split = _nested.split_one_nest(stmt, plan.steps[0], plan.single, dense, result_format, formats, True)
         if split is not None:
             return _split(stmt, *split)
     return plan

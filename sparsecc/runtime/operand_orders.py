@@ -164,6 +164,21 @@ def _sums_inside(stmt: Statement, sparse: frozenset) -> frozenset | None:
     return frozenset(a.tensor for a in owners)
 
 
+def exact_sums_inside(stmt: Statement, formats) -> bool:
+    """Whether a kernel whose loops MLIR's sorted generic shows with several summed loops
+    inside the result's last output loop (``rewrites.inexact_sparse_outputs``) stores exactly
+    all the same: :func:`_sums_inside`'s construction, every summed index carried by one
+    sparse operand alone, each such operand here with compressed levels only (no empty fiber
+    under a stored coordinate: a summed loop it drives is never empty where the output loops
+    it is co-iterated with reached it)."""
+    sparse = frozenset(n for n, f in zip(stmt.operands, formats) if not f.is_dense)
+    inside = _sums_inside(stmt, sparse)
+    if not inside:
+        return False
+    fmts = dict(zip(stmt.operands, formats))
+    return all(not f.is_dense and all(lv != "dense" for lv in f.levels) for n, f in fmts.items() if n in inside)
+
+
 def _is_product(e) -> bool:
     """``e`` is accesses multiplied (``A[i,j] * B[i,k]``)."""
     if isinstance(e, Binary) and e.op == "*":

@@ -30,7 +30,7 @@ from ..options import Options
 from ..patterns import check_sparse_result, default_result_format
 from . import compiler, fast_paths, targets
 from .loader import STATS, load_module, read_stages
-from .operand_orders import _CSR, _compressed_outer, _dense_prefix, sparse_result_formats
+from .operand_orders import _CSR, _compressed_outer, _dense_prefix, exact_sums_inside, sparse_result_formats
 
 #: loaded specializations by (statement, formats, dtypes, options, result format); the call
 #: path (runtime/call.py) checks its plans against this table, so clearing it (as a new
@@ -126,7 +126,8 @@ def specialize(stmt: Statement, formats: tuple[Format, ...], dtypes: tuple[str, 
             raise SparseccError(f"internal error: kernel for '{stmt}' takes {len(mod.info['arg_types'])} "
                                 f"arguments, the runtime expected {n}")
         got = Compiled(mod.key, sig, formats, out_format, mlir, mod.lib, mod.entry, mod.info_path,
-                       guarded=tuple(mod.info.get("guarded", ())), inexact=bool(mod.info.get("inexact")))
+                       guarded=tuple(mod.info.get("guarded", ())),
+                       inexact=bool(mod.info.get("inexact")) and not exact_sums_inside(stmt, formats))
         _loaded[mem_key] = got
         return got
 
@@ -283,7 +284,7 @@ def compile_specialization(stmt: Statement, formats: tuple[Format, ...], dtypes:
                                          what=f"'{stmt}'", entry=entry, object_only=True)
         if len(reply["arg_types"]) != _expected_args(sig, formats):
             raise SparseccError(f"internal error: unexpected arguments for '{stmt}'")
-        if reply.get("inexact"):
+        if reply.get("inexact") and not exact_sums_inside(stmt, formats):
             raise inexact_pattern(stmt)
         if chosen is not None and reply.get("guarded"):     # fused range checks (passes/guards.py)
             chosen["guarded"] = sorted(reply["guarded"])
