@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 import sparsecc as sc
 from sparsecc import planned
+from sparsecc.expr import accesses
 from sparsecc.bench.generators import uniform_rows
 from sparsecc.plan import path as plan_path
 from sparsecc.runtime.kernel import Kernel
@@ -205,6 +206,77 @@ def test_bounded_split_search_gives_the_plans_rating_every_split(monkeypatch, n,
     every = _random_plans(n, seed, scale)
     assert bounded == every
     assert sum("steps" in p for p in bounded) > n // 2      # the cases do plan in steps
+
+
+def _random_plan_objects(n: int, seed: int, scale: float) -> list:
+    from sparsecc.bench import plan_random as pr
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        case = pr.random_expression(rng, scale)
+        ops = pr.operands(case, np.random.default_rng(seed * 1000 + k))
+        out.append(_fresh_plan(case["expr"], ops, True, pr._out_format(case)))
+    return out
+
+
+def test_connected_subsets_give_the_plans_of_every_subset(monkeypatch):
+    """Only connected subsets are steps (``path.CONNECTED_ONLY``): on row 8's seeded random
+    einsums the plans cost what the search over every subset finds, in as many steps (a tie
+    between independent sums may come in another order), and no outer product is a step."""
+    connected = _random_plan_objects(12, 5, 0.05)
+    monkeypatch.setattr(plan_path, "CONNECTED_ONLY", False)
+    every = _random_plan_objects(12, 5, 0.05)
+    assert sum(not p.single for p in connected) > 6
+    for a, b in zip(connected, every):
+        assert len(a.steps) == len(b.steps), (str(a), str(b))
+        assert a.seconds == pytest.approx(b.seconds, rel=1e-9), (str(a), str(b))
+        for st in a.steps:
+            terms = [set(x.indices) for x in accesses(st.statement.expr)]
+            if len(terms) == 2 and all(terms):
+                assert terms[0] & terms[1], st.text         # no outer product of two factors
+
+
+def test_a_chain_estimates_only_its_connected_subsets(monkeypatch):
+    """Planning a chain of six factors estimates its 15 connected subsets' results, not the
+    57 subsets of two or more (and the steps' own estimates, the same either way)."""
+    ops = _cases()["ab,bc,cd,de,ef,f->a"]
+    calls = []
+    real = plan_path.estimate
+    monkeypatch.setattr(plan_path, "estimate", lambda *a: calls.append(a) or real(*a))
+    counts = []
+    for flag in (True, False):
+        monkeypatch.setattr(plan_path, "CONNECTED_ONLY", flag)
+        calls.clear()
+        p = _fresh_plan("ab,bc,cd,de,ef,f->a", ops)
+        counts.append(len(calls))
+        assert len(p.steps) == 5
+    assert counts[0] + 40 <= counts[1], counts
+
+
+def test_connected_masks_of_a_chain_and_of_unconnected_factors():
+    from sparsecc.plan.stats import TensorStats
+
+    def search(*terms):
+        leaves = [TensorStats(tuple(t), (4,) * len(t), 4.0) for t in terms]
+        return plan_path.Search.__new__(plan_path.Search), leaves
+
+    s, leaves = search("ab", "bc", "cd", "de")
+    s.leaves = leaves
+    conn = plan_path._connected_masks(s, [0, 1, 2, 3])
+    assert conn(0b0011) and conn(0b0110) and conn(0b1111) and conn(0b0100)
+    assert not conn(0b0101) and not conn(0b1001) and not conn(0b1011)
+    s.leaves = [TensorStats(tuple(t), (4,) * len(t), 4.0) for t in ("ab", "bc", "d", "de")]
+    assert plan_path._connected_masks(s, [0, 1, 2, 3]) is None       # two parts: every subset searched
+    assert plan_path._connected_masks(s, [0, 1]) is not None
+
+
+def test_unconnected_factors_still_plan_their_outer_product():
+    rng = np.random.default_rng(4)
+    A, B, D = (uniform_rows(30, 30, 3, rng) for _ in range(3))
+    d = rng.random(30)
+    got = sc.einsum("ab,bc,d,de->ace", A, B, d, D)
+    want = np.einsum("ab,bc,d,de->ace", A.toarray(), B.toarray(), d, D.toarray())
+    np.testing.assert_allclose(got.toarray() if sp.issparse(got) else got, want, rtol=1e-10)
 
 
 def test_sampled_draw_is_numpys_choice():

@@ -31,6 +31,13 @@ MEMO = True
 #: a subset's splits rated in the order of a lower bound on their cost, up to where it reaches
 #: the best so far (``_cheapest``); False: every split rated in turn (tests compare the two)
 BOUND = True
+#: where the factors are connected (each reaches the others through shared indices), only
+#: their connected subsets get a node: an outer product of unrelated factors is never a step
+#: (opt_einsum's dynamic programming skips them too). Every connected set splits into two
+#: connected parts (a spanning tree's leaf and the rest), so every tree without outer products
+#: is still searched; a chain of six factors has 15 such subsets of 57, its first planning
+#: ~25% less time, the same plans on row 8's cases (tests compare with False)
+CONNECTED_ONLY = True
 
 Tree = Union[int, tuple]
 
@@ -253,6 +260,7 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
         best[1 << j] = search.leaf(m)
         glob[1 << j] = 1 << m
     full = (1 << len(members)) - 1
+    connected = _connected_masks(search, members) if CONNECTED_ONLY else None
     lazy = BOUND and not stats_only
     rating = _Rating(search, best) if lazy else None
     stored_bytes: dict = {}         # id(node) -> its result's bytes as stored (the nodes stay in ``best``)
@@ -262,6 +270,8 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
             continue
         glob[mask] = glob[mask ^ low] | glob[low]
         root = mask == full
+        if connected is not None and not root and not connected(mask):
+            continue
         # (every leaf outside the subset - other members and those outside ``members`` - is outside)
         indices = search.output if root else search.live_bits(glob[mask])
         # the subset's statistics: its first split's estimate whose result can be stored
@@ -289,6 +299,34 @@ def _exhaustive(search: Search, members: list[int], outside: frozenset, stats_on
     if lazy:
         rating.force(best[full])
     return best[full]
+
+
+def _connected_masks(search: Search, members: list[int]):
+    """``mask -> bool``: whether the members in ``mask`` are connected (each reaches the
+    others through shared indices); None where the members themselves are not."""
+    near = []
+    for j, m in enumerate(members):
+        mine = set(search.leaves[m].indices)
+        bits = 0
+        for jj, mm in enumerate(members):
+            if jj != j and mine & set(search.leaves[mm].indices):
+                bits |= 1 << jj
+        near.append(bits)
+
+    def connected(mask: int) -> bool:
+        seen = frontier = mask & -mask
+        while frontier:
+            grow = 0
+            f = frontier
+            while f:
+                low = f & -f
+                grow |= near[low.bit_length() - 1]
+                f ^= low
+            frontier = grow & mask & ~seen
+            seen |= frontier
+        return seen == mask
+
+    return connected if connected((1 << len(members)) - 1) else None
 
 
 def _splits(best: dict, mask: int):
