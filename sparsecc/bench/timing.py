@@ -31,3 +31,32 @@ def measure(fn, repeat: int | None = None, budget: float = 0.5, max_samples: int
         if was:
             gc.enable()
     return {"median_s": float(np.median(ts)), "min_s": float(np.min(ts)), "samples": samples, "number": number}
+
+
+def measure_pair(a, b, repeat: int | None = None, budget: float = 0.5, max_samples: int = 400) -> dict:
+    """Two calls timed in alternation (a sample of ``a``, then one of ``b``, and again), as
+    :func:`measure` times one: a difference of a few hundred nanoseconds between two calls
+    of ~10 us survives the machine's drift, which two medians taken one after the other do
+    not (they moved by several microseconds between runs on a shared machine).  Returns each
+    call's median and the median of the samples' differences ``a - b`` (``diff_s``)."""
+    a(), b()
+    t = time.perf_counter()
+    a()
+    once = max(time.perf_counter() - t, 1e-9)
+    number = max(1, int(1e-3 / once))
+    samples = repeat or min(max_samples, max(5, int(budget / (2 * once * number))))
+    ta, tb = [], []
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(samples):
+            for fn, ts in ((a, ta), (b, tb)):
+                t = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                ts.append((time.perf_counter() - t) / number)
+    finally:
+        if was:
+            gc.enable()
+    return {"a_median_s": float(np.median(ta)), "b_median_s": float(np.median(tb)),
+            "diff_s": float(np.median(np.subtract(ta, tb))), "samples": samples, "number": number}
