@@ -43,19 +43,39 @@ CASES = [("ij,ik->i", [(30, 20), (30, 25)]), ("ik,ij->i", [(30, 20), (30, 25)]),
          ("ij,j->i", [(30, 20), (20,)]), ("ji,j->i", [(20, 30), (20,)])]
 
 
+#: format mixes a case of three matrices runs by default (of its 124; ``-m slow``: all of them)
+SAMPLED_MIXES = 24
+
+
 @pytest.mark.parametrize("expr,shapes", CASES)
 def test_sparse_results_store_the_pattern_product(expr, shapes):
-    """Every format mix: the values numpy.einsum gives, stored exactly where the Boolean
-    pattern product is (MLIR 22 marks an entry stored when its outermost summed loop runs:
-    an empty CSR row reached through its dense level under another summed loop stored an
-    explicit zero - the summed-inside order reads such operands as DCSR)."""
+    """Every format mix (a seeded sample of them for three matrices; all under ``-m slow``): the
+    values numpy.einsum gives, stored exactly where the Boolean pattern product is (MLIR 22 marks
+    an entry stored when its outermost summed loop runs: an empty CSR row reached through its
+    dense level under another summed loop stored an explicit zero - the summed-inside order reads
+    such operands as DCSR)."""
+    _store_the_pattern_product(expr, shapes, SAMPLED_MIXES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("expr,shapes", [c for c in CASES if sum(len(s) == 2 for s in c[1]) >= 3])
+def test_sparse_results_store_the_pattern_product_every_mix(expr, shapes):
+    _store_the_pattern_product(expr, shapes, None)
+
+
+def _store_the_pattern_product(expr, shapes, most):
     arrays = [_with_empty_rows(*s, seed=k) if len(s) == 2 else np.random.default_rng(k).random(s)
               for k, s in enumerate(shapes)]
     ref = np.einsum(expr, *arrays)
     options = [["csr", "csc", "coo", "dcsr", "dense"] if len(s) == 2 else ["dense"] for s in shapes]
-    for kinds in itertools.product(*options):
-        if all(k == "dense" for k in kinds):
-            continue
+    mixes = [m for m in itertools.product(*options) if not all(k == "dense" for k in m)]
+    if most is not None and len(mixes) > most:
+        # every format in every position at least once (the first ones), the rest drawn
+        rng = np.random.default_rng(len(mixes))
+        first = [tuple(o[min(r, len(o) - 1)] for o in options) for r in range(5)]
+        rest = [mixes[i] for i in rng.choice(len(mixes), most, replace=False)]
+        mixes = list(dict.fromkeys(m for m in first + rest if not all(k == "dense" for k in m)))[:most]
+    for kinds in mixes:
         for out in ("coo", "csr") if len(expr.split("->")[1]) == 2 else ("coo",):
             y = sc.compile(expr, *kinds, out_format=out)(*[_as(a, k) for a, k in zip(arrays, kinds)])
             got = np.zeros(ref.shape, bool)
