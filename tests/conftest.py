@@ -145,6 +145,7 @@ ONE_IN_N_IN_DEFAULT_RUNS = {
     "tests/test_adversarial_spgemm.py::test_result_positions_never_overflow_32_bits": 2,
     "tests/test_adversarial_spgemm.py::test_spgemm_bad_coordinates_raise_in_a_subprocess": 2,
     "tests/test_dask.py::test_in_memory_sparse_operand_beside_a_dask_one": 3,
+    "tests/test_exact_reductions.py::test_sparse_result_stores_only_entries_with_a_term": 2,
     "tests/test_dask.py::test_op_reductions_split_along_the_reduced_index": 2,
     "tests/test_reliability.py::test_damaged_entry_is_rebuilt_not_loaded": 2,
     "tests/test_cache_entries.py::test_hostile_entry_is_refused_and_deleted": 2,
