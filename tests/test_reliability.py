@@ -586,6 +586,9 @@ def test_worker_hang_times_out_and_restarts(worker_hook, tmp_path, monkeypatch):
         compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "a.so"))
     assert time.monotonic() - t < 30
     worker_hook(None)
+    # the restarted worker (its start and imports, then the compile) has the usual time: under
+    # a loaded machine's 2 cores it took more than 1.5 s now and then (a flaky failure)
+    monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "120")
     assert compiler.compile_library(SIMPLE_MLIR, str(tmp_path / "b.so"))["ok"]
     monkeypatch.setenv("SPARSECC_COMPILE_TIMEOUT", "soon")
     with pytest.raises(sc.SparseccError, match="SPARSECC_COMPILE_TIMEOUT"):
