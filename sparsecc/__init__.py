@@ -11,8 +11,8 @@ from . import dispatch  # noqa: F401  (installs the router the runtime's call pa
 from . import aot
 from .api import cache_info, compile, einsum, evaluate, plan
 from .explore import explore
-from .errors import (CompileError, DeviceError, DTypeError, FormatError, InternalError, LibraryError, OperandError,
-                     ParseError, ShapeError, SparseccError)
+from .errors import (CompileError, DeviceError, DTypeError, FormatError, InexactPatternError, InternalError,
+                     LibraryError, OperandError, ParseError, ShapeError, SparseccError)
 from .formats import Format
 from .options import Options
 from .runtime.threads import get_num_threads, set_num_threads
@@ -24,6 +24,6 @@ from .lazy import compute, fused, indices
 
 __all__ = ["aot", "ops", "lazy", "compute", "fused", "indices", "jacobian", "jvp", "hessian", "hvp", "gradient", "einsum", "evaluate", "compile", "plan", "explore", "cache_info", "Format", "Options", "Semiring",
            "SparseccError",
-           "ParseError", "ShapeError", "FormatError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
+           "ParseError", "ShapeError", "FormatError", "InexactPatternError", "DTypeError", "OperandError", "CompileError", "DeviceError", "InternalError", "LibraryError",
            "PatternError",
            "__version__", "set_num_threads", "get_num_threads"]

@@ -149,8 +149,9 @@ def test_a_one_nest_outside_the_planner_is_refused_not_wrong():
     A = sp.csr_array(np.array([[1.0, 0, 0], [0, 2, 0], [0, 0, 0]]))
     B = sp.csr_array(np.array([[0, 0.0], [1, 0], [0, 0]]))
     k = Kernel(parse_einsum("ji,jk->i", 2), {}, out_format="coo")
-    with pytest.raises(InexactPatternError, match="out_format='dense'"):
+    with pytest.raises(sc.InexactPatternError, match="out_format='dense'") as info:
         k(A, B)
+    assert info.type is InexactPatternError and isinstance(info.value, sc.FormatError)
     k.inexact_ok = True
     assert k(A, B).coords[0].tolist() == [0, 1]      # what MLIR's nest stores: y[0] = 0 has no term
 
